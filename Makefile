@@ -1,0 +1,42 @@
+# nodeagent: a Kubernetes node agent that replaces the kubelet.
+#
+#   make up      bring up a local cluster (stock control plane, containerd, registry) with nodeagent as its node
+#   make down    stop it and remove everything it made
+#   make test    unit tests, then the end-to-end suites on one shared cluster
+#   make build   build bin/nodeagent
+
+GO      ?= go
+HARNESS  = $(GO) run ./test/cmd/harness
+E2E_FLAGS ?=
+
+.PHONY: all build up down test unit e2e upstream fmt vet
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -o bin/nodeagent ./cmd/nodeagent
+
+up:
+	@$(HARNESS) up
+
+down:
+	@$(HARNESS) down
+
+# Build (or find in the cache) the upstream binaries and containerd.
+upstream:
+	@$(HARNESS) build
+
+test: unit e2e
+
+unit: vet
+	$(GO) test -count=1 ./...
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/...
+
+# One cluster per suite; the lifecycle suite runs last and checks the teardown of the first.
+e2e:
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 60m -v $(E2E_FLAGS) ./test/e2e/
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/lifecycle/

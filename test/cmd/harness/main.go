@@ -1,0 +1,67 @@
+// Command harness brings the local test cluster up or down.
+//
+//	harness up     tear down any earlier run, then bring up a fresh cluster
+//	harness down   stop everything and remove what the harness made
+//	harness env    print the shell lines to use the running cluster
+//	harness build  build (or find cached) the upstream binaries and containerd
+//
+// Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
+// NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: harness up|down|env|build")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1]); err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cmd string) error {
+	cfg := &harness.Config{}
+	switch cmd {
+	case "up":
+		if err := harness.Up(ctx, cfg); err != nil {
+			return err
+		}
+		fmt.Print(cfg.Env())
+		return nil
+	case "down":
+		return harness.Down(ctx, cfg)
+	case "env":
+		if err := cfg.Complete(); err != nil {
+			return err
+		}
+		fmt.Print(cfg.Env())
+		return nil
+	case "build":
+		if err := cfg.Complete(); err != nil {
+			return err
+		}
+		if _, err := cfg.EnsureUpstream(ctx); err != nil {
+			return err
+		}
+		if cfg.Runtime == harness.RuntimeContainerd {
+			_, err := cfg.EnsureContainerd(ctx)
+			return err
+		}
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q: want up, down, env or build", cmd)
+	}
+}

@@ -1,0 +1,137 @@
+// Package framework is what the end-to-end suites share: one cluster per test binary,
+// brought up by TestMain through the harness, and black-box helpers that act on it the way
+// a user would (client-go, kubectl, crictl-like CRI calls).
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+var cluster *harness.Config
+
+// Main brings up the shared cluster, runs the tests, and tears the cluster down (unless
+// NODEAGENT_KEEP=1). A cluster that does not come up fails the whole binary loudly.
+func Main(m *testing.M) {
+	os.Exit(mainCode(m))
+}
+
+func mainCode(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	cfg := &harness.Config{}
+	if err := harness.Up(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the harness cluster did not come up: %v\n", err)
+		if derr := harness.Down(ctx, cfg); derr != nil {
+			fmt.Fprintf(os.Stderr, "teardown after the failure: %v\n", derr)
+		}
+		return 1
+	}
+	cluster = cfg
+	code := m.Run()
+	if os.Getenv("NODEAGENT_KEEP") == "1" {
+		fmt.Fprintf(os.Stderr, "NODEAGENT_KEEP=1: the cluster stays up\n%s", cfg.Env())
+		return code
+	}
+	if err := harness.Down(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: teardown: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// Cluster returns the running cluster's configuration.
+func Cluster(t testing.TB) *harness.Config {
+	t.Helper()
+	if cluster == nil {
+		t.Fatal("no cluster: call framework.Main from TestMain")
+	}
+	return cluster
+}
+
+// Client returns an admin clientset.
+func Client(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	cs, err := Cluster(t).Client()
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	return cs
+}
+
+// Kubectl runs the upstream kubectl of the pinned version against the cluster and returns
+// its standard output; a non-zero exit fails the test.
+func Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := KubectlErr(t, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// KubectlErr is Kubectl that returns the error instead of failing.
+func KubectlErr(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	c := Cluster(t)
+	version, err := harness.KubeVersion(c.RepoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir(version), "kubectl"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// CRI dials the cluster's runtime; the connection closes with the test.
+func CRI(t testing.TB) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+	t.Helper()
+	rt, img, closeFn, err := Cluster(t).CRI(context.Background())
+	if err != nil {
+		t.Fatalf("dial CRI: %v", err)
+	}
+	t.Cleanup(closeFn)
+	return rt, img
+}
+
+// Context returns a context that ends with the test or after timeout.
+func Context(t testing.TB, timeout time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually polls cond until it returns nil or timeout passes, then fails with its last error.
+func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing after %s: %v", timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

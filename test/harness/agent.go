@@ -1,0 +1,106 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AgentConfig is the KubeletConfiguration both agents get, so that nodeagent and the
+// upstream kubelet run side by side on exactly the same settings.
+func (c *Config) AgentConfig() string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: %s
+cgroupDriver: cgroupfs
+cgroupRoot: %s
+clusterDNS: [%s]
+clusterDomain: %s
+staticPodPath: %s
+resolvConf: /etc/resolv.conf
+failSwapOn: false
+failCgroupV1: false
+rotateCertificates: false
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: %s
+authorization:
+  mode: Webhook
+`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.path("agent", "manifests"), c.path("pki", "ca.crt"))
+}
+
+// AgentArgs are the command-line flags of the node agent, as a kubeadm systemd drop-in
+// passes them.
+func (c *Config) AgentArgs() []string {
+	return []string{
+		"--config=" + c.path("agent", "config.yaml"),
+		"--kubeconfig=" + c.path("pki", "kubelet.conf"),
+		"--container-runtime-endpoint=" + c.CRIEndpoint(),
+		"--node-ip=" + NodeIP,
+		"--hostname-override=" + NodeName,
+		"--root-dir=" + c.path("agent", "root"),
+		"--cert-dir=" + c.path("agent", "pki"),
+		"--v=2",
+	}
+}
+
+// AgentBinary builds nodeagent from the repository into the run dir.
+func (c *Config) AgentBinary(ctx context.Context) (string, error) {
+	out := c.path("bin", "nodeagent")
+	if err := c.goCmd(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, "build", "-o", out, "./cmd/nodeagent"); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+func (c *Config) startAgent(ctx context.Context, upstreamBin string) error {
+	var bin string
+	switch c.Agent {
+	case AgentNone:
+		c.Logf("no node agent requested: the control plane and the runtime are up without a node")
+		return nil
+	case AgentKubelet:
+		bin = filepath.Join(upstreamBin, "kubelet")
+	default:
+		var err error
+		if bin, err = c.AgentBinary(ctx); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"manifests", "root", "pki"} {
+		if err := os.MkdirAll(c.path("agent", d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := writeFiles(c.path("agent"), map[string]string{"config.yaml": c.AgentConfig()}); err != nil {
+		return err
+	}
+	if _, err := c.startDaemon("agent", bin, c.AgentArgs(), nil); err != nil {
+		return err
+	}
+	cs, err := c.Client()
+	if err != nil {
+		return err
+	}
+	return c.waitReady(ctx, "agent", 2*time.Minute, func(ctx context.Context) error {
+		node, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("node %s is not Ready yet", NodeName)
+	})
+}

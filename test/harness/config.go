@@ -1,0 +1,179 @@
+// Package harness brings up a local Kubernetes cluster made of the stock upstream parts
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd with runc and
+// CNI, a local image registry) with a node agent as its node, and tears it down without a
+// trace. Every end-to-end test of nodeagent runs on it.
+//
+// All of its state lives under one run directory; every process it starts has a pid file
+// there, and everything it creates outside that directory (a veth pair, routes, a bridge,
+// iptables rules made by CNI, pod cgroups) is named so that teardown finds it again, even
+// after a crashed run.
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Fixed shape of the harness's network. Every address here is reachable only from this
+// machine: the node IP sits on one end of a veth pair whose other end has no address, and
+// the service and cluster ranges are routed into that dead end so nothing leaves the host.
+const (
+	NodeName       = "nodeagent-node"
+	NodeIP         = "10.254.254.1"
+	nodeIPPrefix   = 30
+	ServiceCIDR    = "10.96.0.0/16"
+	KubernetesSvc  = "10.96.0.1"
+	ClusterDNS     = "10.96.0.10"
+	ClusterCIDR    = "10.244.0.0/16"
+	PodCIDR        = "10.244.0.0/24" // the first block the node IPAM controller hands out
+	ClusterDomain  = "cluster.local"
+	APIServerPort  = 6443
+	RegistryAddr   = "127.0.0.1:5000" // anonymous pulls and pushes
+	AuthRegistry   = "127.0.0.1:5001" // the same content behind htpasswd
+	RegistryUser   = "nodeagent"
+	RegistryPass   = "registry-secret"
+	etcdClientURL  = "http://127.0.0.1:2379"
+	etcdPeerURL    = "http://127.0.0.1:2380"
+	etcdMetricsURL = "http://127.0.0.1:2381"
+
+	vethNode  = "na-node0" // carries NodeIP
+	vethPeer  = "na-node1" // dead end
+	bridgeDev = "na-cni0"  // the pod bridge, made by the CNI bridge plugin
+	cniNet    = "nodeagent-pods"
+)
+
+// Runtimes the harness can run.
+const (
+	// RuntimeContainerd is containerd v2, built from the module proxy (the default).
+	RuntimeContainerd = "containerd"
+	// RuntimeContainerdDebian is Debian's containerd 1.6, to show an older CRI runtime works.
+	RuntimeContainerdDebian = "containerd-debian"
+)
+
+// Agents the harness can run as the node.
+const (
+	AgentNodeagent = "nodeagent"
+	AgentKubelet   = "kubelet"
+	AgentNone      = "none"
+)
+
+// Config says where the harness keeps its state and what it runs.
+type Config struct {
+	// RepoDir is the root of the nodeagent repository; the pinned upstream version is read
+	// from its go.mod. Default: found by walking up from the working directory.
+	RepoDir string
+	// RunDir holds all state of a running cluster: pids, logs, PKI, data. Default
+	// /var/lib/nodeagent-harness (env NODEAGENT_RUN_DIR).
+	RunDir string
+	// CacheDir holds built upstream binaries keyed by version; it survives teardown.
+	// Default $XDG_CACHE_HOME/nodeagent or ~/.cache/nodeagent (env NODEAGENT_CACHE_DIR).
+	CacheDir string
+	// Runtime is RuntimeContainerd (default) or RuntimeContainerdDebian (env NODEAGENT_RUNTIME).
+	Runtime string
+	// Agent is the node agent to run: AgentNodeagent (default), AgentKubelet or AgentNone
+	// (env NODEAGENT_AGENT).
+	Agent string
+	// Logf reports progress; default writes to stderr.
+	Logf func(format string, args ...any)
+}
+
+// Complete fills defaults from the environment and validates the result.
+func (c *Config) Complete() error {
+	if c.RepoDir == "" {
+		dir, err := findRepoDir()
+		if err != nil {
+			return err
+		}
+		c.RepoDir = dir
+	}
+	if c.RunDir == "" {
+		c.RunDir = envOr("NODEAGENT_RUN_DIR", "/var/lib/nodeagent-harness")
+	}
+	if c.CacheDir == "" {
+		c.CacheDir = os.Getenv("NODEAGENT_CACHE_DIR")
+	}
+	if c.CacheDir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return fmt.Errorf("cache dir: %w", err)
+		}
+		c.CacheDir = filepath.Join(base, "nodeagent")
+	}
+	if c.Runtime == "" {
+		c.Runtime = envOr("NODEAGENT_RUNTIME", RuntimeContainerd)
+	}
+	if c.Agent == "" {
+		c.Agent = envOr("NODEAGENT_AGENT", AgentNodeagent)
+	}
+	if c.Logf == nil {
+		c.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...) }
+	}
+	switch c.Runtime {
+	case RuntimeContainerd, RuntimeContainerdDebian:
+	default:
+		return fmt.Errorf("runtime %q: want %q or %q", c.Runtime, RuntimeContainerd, RuntimeContainerdDebian)
+	}
+	switch c.Agent {
+	case AgentNodeagent, AgentKubelet, AgentNone:
+	default:
+		return fmt.Errorf("agent %q: want %q, %q or %q", c.Agent, AgentNodeagent, AgentKubelet, AgentNone)
+	}
+	for _, d := range []string{c.RunDir, c.CacheDir, c.RepoDir} {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("%q: must be an absolute path", d)
+		}
+	}
+	if c.RunDir == "/" || strings.Count(filepath.Clean(c.RunDir), "/") < 2 {
+		return fmt.Errorf("run dir %q: too close to / to be wiped safely", c.RunDir)
+	}
+	return nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func findRepoDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(data), "module github.com/nodeagent/nodeagent\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("repo dir: no go.mod of github.com/nodeagent/nodeagent above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Paths of the run directory. Keeping them in one place lets teardown and tests find
+// everything the harness made.
+func (c *Config) path(elem ...string) string {
+	return filepath.Join(append([]string{c.RunDir}, elem...)...)
+}
+
+// Kubeconfig is the admin kubeconfig of the running cluster.
+func (c *Config) Kubeconfig() string { return c.path("pki", "admin.conf") }
+
+// CRIEndpoint is the runtime's CRI socket, as a kubelet flag takes it.
+func (c *Config) CRIEndpoint() string { return "unix://" + c.criSocket() }
+
+func (c *Config) criSocket() string { return c.path("containerd", "containerd.sock") }
+
+// BinDir is where the upstream binaries of the pinned version live once built.
+func (c *Config) BinDir(version string) string {
+	return filepath.Join(c.CacheDir, "upstream-"+version, "bin")
+}
+
+// LogDir holds one log file per process.
+func (c *Config) LogDir() string { return c.path("logs") }

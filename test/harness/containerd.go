@@ -1,0 +1,191 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const cniBinDir = "/usr/lib/cni" // Debian's containernetworking-plugins
+
+// containerdPaths are the runtime's own directories, never the system defaults.
+func (c *Config) containerdPaths() (root, state, runcRoot, certs, cniConf, ipam string) {
+	return c.path("containerd", "root"), c.path("containerd", "state"), c.path("containerd", "runc"),
+		c.path("containerd", "certs.d"), c.path("cni", "net.d"), c.path("cni", "ipam")
+}
+
+// pauseImage is the sandbox image: the name a kubelet user expects, served by the local
+// registry through the registry.k8s.io mirror.
+func pauseImage() string { return "registry.k8s.io/pause:" + PauseTag }
+
+// containerdConfig renders the runtime's configuration: cgroupfs, the harness's runc root,
+// netns under the state dir, CNI from the harness's conf dir, registries from certs.d.
+func (c *Config) containerdConfig() string {
+	root, state, runcRoot, certs, cniConf, _ := c.containerdPaths()
+	sock := c.criSocket()
+	if c.Runtime == RuntimeContainerdDebian {
+		return fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = "%[3]s.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[4]q
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "/usr/sbin/runc"
+        Root = %[5]q
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[6]q
+    conf_dir = %[7]q
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[8]q
+`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs)
+	}
+	return fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs", "io.containerd.snapshotter.v1.blockfile"]
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = "%[3]s.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %[4]q
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = %[8]q
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "/usr/sbin/runc"
+        Root = %[5]q
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [%[6]q]
+    conf_dir = %[7]q
+`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs)
+}
+
+// cniConflist is the pod network: a bridge with host-local IPAM on the node's pod CIDR,
+// and portmap for hostPort.
+func (c *Config) cniConflist() ([]byte, error) {
+	_, _, _, _, _, ipam := c.containerdPaths()
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       cniNet,
+		"plugins": []any{
+			map[string]any{
+				"type": "bridge", "bridge": bridgeDev, "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"ipam": map[string]any{
+					"type":    "host-local",
+					"ranges":  [][]map[string]string{{{"subnet": PodCIDR}}},
+					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+					"dataDir": ipam,
+				},
+			},
+			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+		},
+	}
+	return json.MarshalIndent(conf, "", "  ")
+}
+
+// registryHosts maps each registry name to the local registry that serves it: the two
+// local endpoints themselves, and mirrors of the public registries whose images the tests
+// use, so that no pull ever leaves the machine.
+func registryHosts() map[string]string {
+	return map[string]string{
+		RegistryAddr:      "http://" + RegistryAddr,
+		AuthRegistry:      "http://" + AuthRegistry,
+		"registry.k8s.io": "http://" + RegistryAddr,
+		"docker.io":       "http://" + RegistryAddr,
+	}
+}
+
+func (c *Config) writeContainerdConfig() error {
+	_, _, _, certs, cniConf, _ := c.containerdPaths()
+	for name, server := range registryHosts() {
+		hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n", server, server)
+		// containerd looks a registry up by its "host:port" directory, verbatim.
+		if err := writeFiles(filepath.Join(certs, name), map[string]string{"hosts.toml": hosts}); err != nil {
+			return err
+		}
+	}
+	conflist, err := c.cniConflist()
+	if err != nil {
+		return err
+	}
+	if err := writeFiles(cniConf, map[string]string{"10-nodeagent.conflist": string(conflist)}); err != nil {
+		return err
+	}
+	return writeFiles(c.path("containerd"), map[string]string{"config.toml": c.containerdConfig()})
+}
+
+// containerdBinary returns the containerd to run and the PATH it needs to find its shim.
+func (c *Config) containerdBinary(ctx context.Context) (bin string, env []string, err error) {
+	if c.Runtime == RuntimeContainerdDebian {
+		return "/usr/bin/containerd", nil, nil
+	}
+	dir, err := c.EnsureContainerd(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return filepath.Join(dir, "containerd"), []string{"PATH=" + dir + ":" + os.Getenv("PATH")}, nil
+}
+
+func (c *Config) startContainerd(ctx context.Context) error {
+	bin, env, err := c.containerdBinary(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.writeContainerdConfig(); err != nil {
+		return err
+	}
+	if _, err := c.startDaemon("containerd", bin, []string{"--config", c.path("containerd", "config.toml")}, env); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, "containerd", time.Minute, func(ctx context.Context) error {
+		rt, _, closeFn, err := c.CRI(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		_, err = rt.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	})
+}
+
+// CRI dials the harness runtime's CRI socket.
+func (c *Config) CRI(ctx context.Context) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, func(), error) {
+	conn, err := grpc.NewClient("unix://"+c.criSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn), func() { conn.Close() }, nil
+}

@@ -1,0 +1,86 @@
+package harness
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"golang.org/x/mod/modfile"
+)
+
+func TestSplitRule(t *testing.T) {
+	tests := []struct {
+		name string
+		line string
+		want []string
+	}{
+		{name: "plain", line: "-A POSTROUTING -j CNI-abc", want: []string{"-A", "POSTROUTING", "-j", "CNI-abc"}},
+		{name: "quoted comment", line: `-A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ`,
+			want: []string{"-A", "POSTROUTING", "-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", "CNI-HOSTPORT-MASQ"}},
+		{name: "escaped quotes in comment", line: `-A POSTROUTING -s 10.244.0.5/32 -m comment --comment "name: \"nodeagent-pods\" id: \"abc\"" -j CNI-1`,
+			want: []string{"-A", "POSTROUTING", "-s", "10.244.0.5/32", "-m", "comment", "--comment", `name: "nodeagent-pods" id: "abc"`, "-j", "CNI-1"}},
+		{name: "empty quoted", line: `-A X --comment "" -j Y`, want: []string{"-A", "X", "--comment", "", "-j", "Y"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := splitRule(tt.line); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("splitRule(%q) = %q, want %q", tt.line, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestKubeVersionOf(t *testing.T) {
+	base := "module x\n\ngo 1.26.0\n\nrequire (\n\tk8s.io/api v0.37.1\n\tk8s.io/client-go v0.37.1\n\tgithub.com/other/mod v1.2.3\n"
+	tests := []struct {
+		name, gomod, want, wantErr string
+	}{
+		{name: "one release", gomod: base + ")\n", want: "v1.37.1"},
+		{name: "mixed releases", gomod: base + "\tk8s.io/kubelet v0.36.0\n)\n", wantErr: "pin them to one release"},
+		{name: "no staging module", gomod: "module x\n\ngo 1.26.0\n", wantErr: "no k8s.io staging module"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := modfile.Parse("go.mod", []byte(tt.gomod), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := kubeVersionOf(f)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to say %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("kubeVersionOf = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// The repository's own go.mod pins one release: the harness builds exactly that.
+func TestRepoPinsOneRelease(t *testing.T) {
+	v, err := KubeVersion("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v, "v1.37.") {
+		t.Fatalf("pinned release %s, want a 1.37 patch release", v)
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	if got := unescapeMount(`/var/lib/a\040b\011c`); got != "/var/lib/a b\tc" {
+		t.Fatalf("unescapeMount = %q", got)
+	}
+}
+
+func TestConfigRefusesDangerousRunDir(t *testing.T) {
+	for _, dir := range []string{"/", "/var", "relative/dir"} {
+		cfg := &Config{RepoDir: "/repo", RunDir: dir, CacheDir: "/cache"}
+		if err := cfg.Complete(); err == nil {
+			t.Errorf("run dir %q accepted, want refused", dir)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+)
+
+// packages are the Debian packages the harness runs, by a file each one installs.
+var packages = map[string]string{
+	"containerd":                  "/usr/bin/containerd",
+	"runc":                        "/usr/sbin/runc",
+	"containernetworking-plugins": "/usr/lib/cni/bridge",
+	"iptables":                    "/usr/sbin/iptables",
+	"iproute2":                    "/usr/sbin/ip",
+	"busybox-static":              "/bin/busybox",
+	"docker-registry":             "/usr/bin/docker-registry",
+}
+
+var aptMu sync.Mutex
+
+// ensurePackages installs with apt-get whatever package of the harness is missing. apt may
+// try to start services on install; with no systemd here it cannot, and the harness starts
+// every daemon itself.
+func (c *Config) ensurePackages(ctx context.Context) error {
+	var missing []string
+	for pkg, file := range packages {
+		if _, err := os.Stat(file); err != nil {
+			missing = append(missing, pkg)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	aptMu.Lock()
+	defer aptMu.Unlock()
+	c.Logf("installing %s", strings.Join(missing, " "))
+	if _, err := run(ctx, "apt-get", "update", "-qq"); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "-qq", "--no-install-recommends"}, missing...)...)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get install %s: %w\n%s", strings.Join(missing, " "), err, tail(out, 3000))
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// insecureLocalClient talks to the control plane's self-signed health endpoints on
+// 127.0.0.1 only.
+var insecureLocalClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
+func run(ctx context.Context, name string, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
+}
+
+// setupNetwork gives the node its IP on one end of a veth pair and routes the service and
+// cluster ranges into the pair's dead end, so that no packet for them leaves the machine
+// through the default route.
+func (c *Config) setupNetwork(ctx context.Context) error {
+	steps := [][]string{
+		{"ip", "link", "add", vethNode, "type", "veth", "peer", "name", vethPeer},
+		{"ip", "addr", "add", fmt.Sprintf("%s/%d", NodeIP, nodeIPPrefix), "dev", vethNode},
+		{"ip", "link", "set", vethNode, "up"},
+		{"ip", "link", "set", vethPeer, "up"},
+		{"ip", "route", "replace", ServiceCIDR, "dev", vethNode},
+		{"ip", "route", "replace", ClusterCIDR, "dev", vethNode},
+	}
+	for _, s := range steps {
+		if _, err := run(ctx, s[0], s[1:]...); err != nil {
+			return err
+		}
+	}
+	// Bridged pod traffic and the port mappings of CNI need forwarding.
+	return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+}
+
+// teardownNetwork removes the interfaces, routes and iptables rules the harness and its CNI
+// network made. Missing pieces are fine: it runs after crashed runs too.
+func (c *Config) teardownNetwork(ctx context.Context) error {
+	var errs []string
+	for _, dev := range []string{vethNode, bridgeDev} {
+		if linkExists(dev) {
+			if _, err := run(ctx, "ip", "link", "del", dev); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+	}
+	for _, cidr := range []string{ServiceCIDR, ClusterCIDR} {
+		// Routes via vethNode went with it; only a route left by some other path remains.
+		if out, _ := run(ctx, "ip", "route", "show", cidr); strings.Contains(out, vethNode) {
+			_, _ = run(ctx, "ip", "route", "del", cidr)
+		}
+	}
+	if err := c.cleanIptables(ctx); err != nil {
+		errs = append(errs, err.Error())
+	}
+	// CNI plugins cache their results outside any config we can point elsewhere.
+	matches, _ := filepath.Glob("/var/lib/cni/results/" + cniNet + "-*")
+	for _, m := range matches {
+		_ = os.Remove(m)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("network teardown: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func linkExists(dev string) bool {
+	_, err := os.Stat("/sys/class/net/" + dev)
+	return err == nil
+}
+
+// cleanIptables deletes the rules of the harness's CNI network: every rule whose comment
+// names the network, and the per-container chains (CNI-<hash>, CNI-DN-<hash>) those rules
+// jumped to. The shared portmap chains are emptied of our rules and removed once empty.
+func (c *Config) cleanIptables(ctx context.Context) error {
+	if _, err := exec.LookPath("iptables-save"); err != nil {
+		return nil
+	}
+	for _, table := range []string{"nat", "filter"} {
+		out, err := run(ctx, "iptables-save", "-t", table)
+		if err != nil {
+			return err
+		}
+		ours := map[string]bool{} // chains our rules jump to
+		var deletes [][]string
+		sc := bufio.NewScanner(strings.NewReader(out))
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, "-A ") || !strings.Contains(line, cniNet) {
+				continue
+			}
+			fields := splitRule(line)
+			for i, f := range fields {
+				if (f == "-j" || f == "-g") && i+1 < len(fields) && strings.HasPrefix(fields[i+1], "CNI-") {
+					ours[fields[i+1]] = true
+				}
+			}
+			deletes = append(deletes, fields)
+		}
+		for _, fields := range deletes {
+			_, _ = run(ctx, "iptables", append([]string{"-t", table, "-D"}, fields[1:]...)...)
+		}
+		for chain := range ours {
+			_, _ = run(ctx, "iptables", "-t", table, "-F", chain)
+			_, _ = run(ctx, "iptables", "-t", table, "-X", chain)
+		}
+		// The portmap plugin's shared chains, once no port mapping of anyone is left in them:
+		// their fixed masquerade and mark rules would otherwise outlive the harness.
+		if out, err := run(ctx, "iptables", "-t", table, "-S", "CNI-HOSTPORT-DNAT"); err != nil || strings.Count(out, "\n") <= 1 {
+			for _, chain := range []string{"CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SETMARK", "CNI-HOSTPORT-MASQ"} {
+				if _, err := run(ctx, "iptables", "-t", table, "-S", chain); err != nil {
+					continue
+				}
+				_ = c.deleteChainRefs(ctx, table, chain)
+				_, _ = run(ctx, "iptables", "-t", table, "-F", chain)
+				_, _ = run(ctx, "iptables", "-t", table, "-X", chain)
+			}
+		}
+	}
+	return nil
+}
+
+// deleteChainRefs removes the jumps to an empty chain so that it can be deleted.
+func (c *Config) deleteChainRefs(ctx context.Context, table, chain string) error {
+	out, err := run(ctx, "iptables-save", "-t", table)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "-A ") && strings.Contains(line, "-j "+chain) {
+			fields := splitRule(line)
+			_, _ = run(ctx, "iptables", append([]string{"-t", table, "-D"}, fields[1:]...)...)
+		}
+	}
+	return nil
+}
+
+// splitRule splits a line of iptables-save into arguments, undoing its quoting of comments
+// (which may hold escaped quotes, as CNI's `name: "net" id: "..."` does).
+func splitRule(line string) []string {
+	var out []string
+	var cur strings.Builder
+	inQuote, escaped, quoted := false, false, false
+	for _, r := range line {
+		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
+		case r == '\\' && inQuote:
+			escaped = true
+		case r == '"':
+			inQuote, quoted = !inQuote, true
+		case r == ' ' && !inQuote:
+			if quoted || cur.Len() > 0 {
+				out = append(out, cur.String())
+			}
+			cur.Reset()
+			quoted = false
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if quoted || cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}

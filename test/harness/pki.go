@@ -1,0 +1,165 @@
+package harness
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// A certificate the harness issues from the cluster CA.
+type certSpec struct {
+	name   string // file stem under pki/
+	cn     string
+	orgs   []string
+	server bool
+	client bool
+	dns    []string
+	ips    []string
+}
+
+// clusterCerts are the identities of the harness, named as kubeadm names them.
+func clusterCerts() []certSpec {
+	return []certSpec{
+		{name: "apiserver", cn: "kube-apiserver", server: true,
+			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + ClusterDomain},
+			ips: []string{"127.0.0.1", KubernetesSvc, NodeIP}},
+		// As in kubeadm clusters: the apiserver's client identity towards nodes is bound to
+		// cluster-admin through the kubeadm:cluster-admins group (see bootstrapRBAC).
+		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"kubeadm:cluster-admins"}, client: true},
+		{name: "admin", cn: "kubernetes-super-admin", orgs: []string{"system:masters"}, client: true},
+		{name: "controller-manager", cn: "system:kube-controller-manager", client: true},
+		{name: "scheduler", cn: "system:kube-scheduler", client: true},
+		{name: "node", cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}, client: true},
+	}
+}
+
+// kubeconfigs maps each kubeconfig file to the certificate it carries.
+var kubeconfigs = map[string]string{
+	"admin.conf":              "admin",
+	"controller-manager.conf": "controller-manager",
+	"scheduler.conf":          "scheduler",
+	"kubelet.conf":            "node",
+}
+
+// writePKI generates a fresh CA, the certificates above, the service-account key pair and
+// the kubeconfigs under pki/.
+func (c *Config) writePKI() error {
+	dir := c.path("pki")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now().Add(-time.Hour)
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "nodeagent-harness-ca"},
+		NotBefore:             now,
+		NotAfter:              now.AddDate(1, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	if err := writeCertKey(dir, "ca", caDER, caKey); err != nil {
+		return err
+	}
+	for i, spec := range clusterCerts() {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(int64(i + 2)),
+			Subject:      pkix.Name{CommonName: spec.cn, Organization: spec.orgs},
+			NotBefore:    now,
+			NotAfter:     now.AddDate(1, 0, 0),
+			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			DNSNames:     spec.dns,
+		}
+		for _, ip := range spec.ips {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+		}
+		if spec.server {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		}
+		if spec.client {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			return err
+		}
+		if err := writeCertKey(dir, spec.name, der, key); err != nil {
+			return err
+		}
+	}
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	if err := writeKey(filepath.Join(dir, "sa.key"), saKey); err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
+		return err
+	}
+	for file, cert := range kubeconfigs {
+		if err := c.writeKubeconfig(filepath.Join(dir, file), cert); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) writeKubeconfig(path, cert string) error {
+	dir := c.path("pki")
+	read := func(name string) []byte { b, _ := os.ReadFile(filepath.Join(dir, name)); return b }
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["nodeagent"] = &clientcmdapi.Cluster{
+		Server:                   fmt.Sprintf("https://127.0.0.1:%d", APIServerPort),
+		CertificateAuthorityData: read("ca.crt"),
+	}
+	cfg.AuthInfos[cert] = &clientcmdapi.AuthInfo{ClientCertificateData: read(cert + ".crt"), ClientKeyData: read(cert + ".key")}
+	cfg.Contexts["nodeagent"] = &clientcmdapi.Context{Cluster: "nodeagent", AuthInfo: cert}
+	cfg.CurrentContext = "nodeagent"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func writeCertKey(dir, name string, der []byte, key crypto.Signer) error {
+	if err := os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return err
+	}
+	return writeKey(filepath.Join(dir, name+".key"), key)
+}
+
+func writeKey(path string, key crypto.Signer) error {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+}

@@ -1,0 +1,274 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/modfile"
+)
+
+// Pinned versions of what the harness builds besides Kubernetes itself. Kubernetes' own
+// version is read from the agent's go.mod (the one place it is written); etcd follows the
+// version that Kubernetes' go.mod requires, which is the one it is tested with.
+const (
+	ContainerdVersion = "v2.4.2"
+	PauseTag          = "3.10.2"
+	BusyboxE2ETag     = "1.37.0-2"
+	AgnhostTag        = "2.66.1"
+)
+
+// KubeVersion returns the pinned upstream release (v1.37.1), derived from the version of
+// k8s.io/client-go in the agent's go.mod, and checks that every k8s.io staging module there
+// shares it.
+func KubeVersion(repoDir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(repoDir, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	f, err := modfile.Parse("go.mod", data, nil)
+	if err != nil {
+		return "", err
+	}
+	return kubeVersionOf(f)
+}
+
+// stagingModules are the k8s.io modules released in lockstep with Kubernetes.
+var stagingModules = map[string]bool{
+	"k8s.io/api": true, "k8s.io/apimachinery": true, "k8s.io/client-go": true,
+	"k8s.io/cri-api": true, "k8s.io/kubelet": true, "k8s.io/component-base": true,
+	"k8s.io/component-helpers": true, "k8s.io/apiserver": true, "k8s.io/cri-client": true,
+	"k8s.io/mount-utils": true, "k8s.io/cri-streaming": true, "k8s.io/streaming": true,
+}
+
+func kubeVersionOf(f *modfile.File) (string, error) {
+	var staging string
+	for _, r := range f.Require {
+		if !stagingModules[r.Mod.Path] {
+			continue
+		}
+		if staging == "" {
+			staging = r.Mod.Version
+		} else if r.Mod.Version != staging {
+			return "", fmt.Errorf("go.mod: %s is at %s but other k8s.io staging modules at %s: pin them to one release", r.Mod.Path, r.Mod.Version, staging)
+		}
+	}
+	if !strings.HasPrefix(staging, "v0.") {
+		return "", fmt.Errorf("go.mod: no k8s.io staging module at a v0.x release (found %q)", staging)
+	}
+	return "v1." + strings.TrimPrefix(staging, "v0."), nil
+}
+
+// upstreamBinaries are the main packages built from k8s.io/kubernetes (plus etcd), by the
+// name of the binary they produce.
+var upstreamBinaries = map[string]string{
+	"etcd":                    "go.etcd.io/etcd/server/v3",
+	"kube-apiserver":          "k8s.io/kubernetes/cmd/kube-apiserver",
+	"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+	"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
+	"kubectl":                 "k8s.io/kubernetes/cmd/kubectl",
+	"kubeadm":                 "k8s.io/kubernetes/cmd/kubeadm",
+	"kubelet":                 "k8s.io/kubernetes/cmd/kubelet",
+	"agnhost":                 "k8s.io/kubernetes/test/images/agnhost",
+}
+
+// EnsureUpstream builds the upstream binaries of the pinned version into the cache unless a
+// previous run did, and returns their directory.
+func (c *Config) EnsureUpstream(ctx context.Context) (string, error) {
+	version, err := KubeVersion(c.RepoDir)
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Join(c.CacheDir, "upstream-"+version)
+	bin := filepath.Join(root, "bin")
+	if complete(bin, upstreamBinaries) {
+		return bin, nil
+	}
+	staging := "v0." + strings.TrimPrefix(version, "v1.")
+	src := filepath.Join(root, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	// The tools module: k8s.io/kubernetes at the pinned release, with every staging module
+	// replaced by its published version (k8s.io/kubernetes points them at ./staging).
+	mod, err := goModDownload(ctx, "k8s.io/kubernetes@"+version)
+	if err != nil {
+		return "", err
+	}
+	kubeMod, err := os.ReadFile(mod.GoMod)
+	if err != nil {
+		return "", err
+	}
+	kf, err := modfile.Parse("go.mod", kubeMod, nil)
+	if err != nil {
+		return "", err
+	}
+	var gomod strings.Builder
+	fmt.Fprintf(&gomod, "module nodeagent.local/upstream\n\ngo %s\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n", kf.Go.Version, version)
+	for _, r := range kf.Replace {
+		if strings.HasPrefix(r.New.Path, "./staging/") {
+			fmt.Fprintf(&gomod, "\t%s => %s %s\n", r.Old.Path, r.Old.Path, staging)
+		}
+	}
+	gomod.WriteString(")\n")
+	var tools strings.Builder
+	tools.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
+	for _, pkg := range upstreamBinaries {
+		fmt.Fprintf(&tools, "\t_ %q\n", pkg)
+	}
+	tools.WriteString(")\n")
+	if err := writeFiles(src, map[string]string{"go.mod": gomod.String(), "tools.go": tools.String()}); err != nil {
+		return "", err
+	}
+	if err := c.goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
+		return "", err
+	}
+	ld := "-s -w"
+	for _, p := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		minor := strings.SplitN(strings.TrimPrefix(version, "v1."), ".", 2)[0]
+		ld += fmt.Sprintf(" -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=1 -X %[1]s.gitMinor=%[3]s -X %[1]s.gitTreeState=clean -X %[1]s.buildDate=%[4]s",
+			p, version, minor, time.Now().UTC().Format(time.RFC3339))
+	}
+	if err := c.goBuild(ctx, src, bin, ld, nil, upstreamBinaries); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// EnsureContainerd builds containerd v2, its runc shim and ctr into the cache.
+func (c *Config) EnsureContainerd(ctx context.Context) (string, error) {
+	root := filepath.Join(c.CacheDir, "containerd-"+ContainerdVersion)
+	bin := filepath.Join(root, "bin")
+	const mod = "github.com/containerd/containerd/v2"
+	bins := map[string]string{
+		"containerd":              mod + "/cmd/containerd",
+		"containerd-shim-runc-v2": mod + "/cmd/containerd-shim-runc-v2",
+		"ctr":                     mod + "/cmd/ctr",
+	}
+	if complete(bin, bins) {
+		return bin, nil
+	}
+	src := filepath.Join(root, "src")
+	gomod := fmt.Sprintf("module nodeagent.local/containerd\n\ngo 1.26.0\n\nrequire %s %s\n", mod, ContainerdVersion)
+	var tools strings.Builder
+	tools.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
+	for _, pkg := range bins {
+		fmt.Fprintf(&tools, "\t_ %q\n", pkg)
+	}
+	tools.WriteString(")\n")
+	if err := writeFiles(src, map[string]string{"go.mod": gomod, "tools.go": tools.String()}); err != nil {
+		return "", err
+	}
+	if err := c.goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
+		return "", err
+	}
+	ld := "-s -w -X " + mod + "/version.Version=" + ContainerdVersion
+	if err := c.goBuild(ctx, src, bin, ld, []string{"-tags", "no_btrfs,no_devmapper,no_zfs"}, bins); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// goBuild builds every package into a temporary directory and renames it into place, so a
+// build cut short never leaves a half-filled bin dir that looks complete.
+func (c *Config) goBuild(ctx context.Context, src, bin, ldflags string, extra []string, pkgs map[string]string) error {
+	tmp := bin + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	args := append([]string{"build", "-trimpath", "-ldflags", ldflags, "-o", tmp + "/"}, extra...)
+	for _, pkg := range pkgs {
+		args = append(args, pkg)
+	}
+	start := time.Now()
+	c.Logf("building %d binaries in %s (the first time takes about 10 minutes on 2 cores)", len(pkgs), filepath.Dir(bin))
+	if err := c.goCmd(ctx, src, []string{"CGO_ENABLED=0"}, args...); err != nil {
+		return err
+	}
+	// The go tool names a binary after the last path element of its package that is not a
+	// major version suffix (go.etcd.io/etcd/server/v3 builds "server").
+	for name, pkg := range pkgs {
+		elems := strings.Split(pkg, "/")
+		base := elems[len(elems)-1]
+		if len(elems) > 1 && len(base) > 1 && base[0] == 'v' && strings.Trim(base[1:], "0123456789") == "" {
+			base = elems[len(elems)-2]
+		}
+		built := filepath.Join(tmp, base)
+		if built != filepath.Join(tmp, name) {
+			if err := os.Rename(built, filepath.Join(tmp, name)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.RemoveAll(bin); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return err
+	}
+	c.Logf("built %s in %s", bin, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// moduleInfo is what `go mod download -json` tells of a module.
+type moduleInfo struct {
+	GoMod string // path of its go.mod in the module cache
+	Dir   string // its extracted source
+}
+
+func goModDownload(ctx context.Context, modVersion string) (moduleInfo, error) {
+	var info moduleInfo
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", modVersion)
+	cmd.Dir = os.TempDir() // outside any module: nothing's go.mod is touched
+	out, err := cmd.Output()
+	if err != nil {
+		return info, fmt.Errorf("go mod download %s: %w", modVersion, err)
+	}
+	return info, jsonUnmarshal(out, &info)
+}
+
+func (c *Config) goCmd(ctx context.Context, dir string, env []string, args ...string) error {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off"), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go %s in %s: %w\n%s", strings.Join(args[:1], " "), dir, err, tail(out, 4000))
+	}
+	return nil
+}
+
+func complete(bin string, names map[string]string) bool {
+	for name := range names {
+		if st, err := os.Stat(filepath.Join(bin, name)); err != nil || st.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func writeFiles(dir string, files map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
