@@ -34,6 +34,7 @@ func Up(ctx context.Context, cfg *Config) error {
 	}{
 		{"install packages", cfg.ensurePackages},
 		{"node network", cfg.setupNetwork},
+		{"cgroup root", func(context.Context) error { return cfg.createCgroupRoot() }},
 		{"PKI and kubeconfigs", func(context.Context) error { return cfg.writePKI() }},
 	}
 	for _, s := range steps {

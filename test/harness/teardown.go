@@ -199,3 +199,26 @@ func (c *Config) unmountAll() error {
 	}
 	return fmt.Errorf("mounts remain under %s: %v", c.RunDir, MountsUnder(c.RunDir))
 }
+
+// createCgroupRoot makes CgroupRoot in every cgroup hierarchy, as an administrator does for
+// a kubelet's cgroupRoot: the agents expect it to exist.
+func (c *Config) createCgroupRoot() error {
+	for _, m := range mounts() {
+		if m.fstype != "cgroup" && m.fstype != "cgroup2" {
+			continue
+		}
+		d := filepath.Join(m.point, CgroupRoot)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		// A v1 cpuset cgroup takes no process until its cpus and mems are set.
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(m.point, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

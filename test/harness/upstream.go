@@ -237,7 +237,7 @@ func goModDownload(ctx context.Context, modVersion string) (moduleInfo, error) {
 func (c *Config) goCmd(ctx context.Context, dir string, env []string, args ...string) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off"), env...)
+	cmd.Env = append(append(os.Environ(), "GOWORK=off"), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("go %s in %s: %w\n%s", strings.Join(args[:1], " "), dir, err, tail(out, 4000))
