@@ -87,6 +87,10 @@ func (c *Config) startAgent(ctx context.Context, upstreamBin string) error {
 	if _, err := c.startDaemon("agent", bin, c.AgentArgs(), nil); err != nil {
 		return err
 	}
+	return c.waitNodeReady(ctx)
+}
+
+func (c *Config) waitNodeReady(ctx context.Context) error {
 	cs, err := c.Client()
 	if err != nil {
 		return err
@@ -103,4 +107,24 @@ func (c *Config) startAgent(ctx context.Context, upstreamBin string) error {
 		}
 		return fmt.Errorf("node %s is not Ready yet", NodeName)
 	})
+}
+
+// StopAgent stops the node agent (SIGTERM, as systemd does), leaving its pods running.
+func (c *Config) StopAgent(ctx context.Context) error { return c.stopDaemon(ctx, "agent", 30*time.Second) }
+
+// StartAgent starts the node agent again with the harness's flags followed by extraArgs,
+// and waits for its Node to be Ready.
+func (c *Config) StartAgent(ctx context.Context, extraArgs ...string) error {
+	bin := c.path("bin", "nodeagent")
+	if c.Agent == AgentKubelet {
+		version, err := KubeVersion(c.RepoDir)
+		if err != nil {
+			return err
+		}
+		bin = filepath.Join(c.BinDir(version), "kubelet")
+	}
+	if _, err := c.startDaemon("agent", bin, append(c.AgentArgs(), extraArgs...), nil); err != nil {
+		return err
+	}
+	return c.waitNodeReady(ctx)
 }

@@ -181,6 +181,14 @@ func (c *Config) startContainerd(ctx context.Context) error {
 	})
 }
 
+// StopContainerd stops the runtime as an outage would; its containers keep running.
+func (c *Config) StopContainerd(ctx context.Context) error {
+	return c.stopDaemon(ctx, "containerd", 30*time.Second)
+}
+
+// StartContainerd starts the runtime again after StopContainerd.
+func (c *Config) StartContainerd(ctx context.Context) error { return c.startContainerd(ctx) }
+
 // CRI dials the harness runtime's CRI socket.
 func (c *Config) CRI(ctx context.Context) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, func(), error) {
 	conn, err := grpc.NewClient("unix://"+c.criSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
