@@ -262,7 +262,7 @@ func TestSchedulerBindsPodsToTheNode(t *testing.T) {
 	ctx := framework.Context(t, 2*time.Minute)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "sched-", Namespace: "default"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: harness.BusyboxImage, Command: []string{"sleep", "3600"}}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: harness.BusyboxImage, Command: []string{"sleep", "3600"}}}},
 	}
 	created, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {

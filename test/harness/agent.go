@@ -110,7 +110,9 @@ func (c *Config) waitNodeReady(ctx context.Context) error {
 }
 
 // StopAgent stops the node agent (SIGTERM, as systemd does), leaving its pods running.
-func (c *Config) StopAgent(ctx context.Context) error { return c.stopDaemon(ctx, "agent", 30*time.Second) }
+func (c *Config) StopAgent(ctx context.Context) error {
+	return c.stopDaemon(ctx, "agent", 30*time.Second)
+}
 
 // StartAgent starts the node agent again with the harness's flags followed by extraArgs,
 // and waits for its Node to be Ready.

@@ -192,11 +192,11 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 		return err
 	}
 	pushes := map[string]v1.Image{
-		"pause:" + PauseTag:                         pause,
+		"pause:" + PauseTag:                        pause,
 		"e2e-test-images/busybox:" + BusyboxE2ETag: busybox,
 		"e2e-test-images/agnhost:" + AgnhostTag:    agnhost,
-		"library/busybox:1.37":                      busybox,
-		"library/busybox:latest":                    busybox,
+		"library/busybox:1.37":                     busybox,
+		"library/busybox:latest":                   busybox,
 	}
 	for path, img := range pushes {
 		ref, err := name.ParseReference(RegistryAddr+"/"+path, name.Insecure)

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeagent/nodeagent/pkg/node"
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/server"
+)
+
+// runtimeStartupWait is how long start-up waits for the CRI runtime to
+// answer before giving up, so an agent and a runtime started together
+// still meet.
+const runtimeStartupWait = 30 * time.Second
+
+// run is the composition root: it builds every component from cfg, runs
+// them until ctx ends or one fails, and waits for all of them to stop.
+// Running containers are never touched on the way out.
+func run(ctx context.Context, cfg *agentConfig) error {
+	logger := klog.FromContext(ctx)
+	kc := cfg.kubelet
+	logger.Info("Starting nodeagent", "version", cfg.version, "node", cfg.nodeName,
+		"containerRuntimeEndpoint", kc.ContainerRuntimeEndpoint, "rootDir", cfg.rootDir)
+
+	if err := os.MkdirAll(cfg.rootDir, 0o750); err != nil {
+		return fmt.Errorf("create root dir: %w", err)
+	}
+	client, err := newClientset(cfg)
+	if err != nil {
+		return err
+	}
+
+	cri, err := runtime.NewClient(runtime.Config{Endpoint: kc.ContainerRuntimeEndpoint, CallTimeout: kc.RuntimeRequestTimeout.Duration})
+	if err != nil {
+		return err
+	}
+	defer cri.Close()
+	if err := waitForRuntime(ctx, cri); err != nil {
+		return err
+	}
+
+	nodeCtrl, err := node.New(node.Config{
+		NodeName:               cfg.nodeName,
+		Hostname:               cfg.hostname,
+		Client:                 client,
+		Runtime:                cri,
+		Host:                   node.HostReader{RootDir: cfg.rootDir},
+		Clock:                  clock.RealClock{},
+		NodeIPs:                cfg.nodeIPs,
+		DetectNodeIP:           func() (net.IP, error) { return utilnet.ChooseHostInterface() },
+		Labels:                 cfg.nodeLabels,
+		Taints:                 kc.RegisterWithTaints,
+		ProviderID:             kc.ProviderID,
+		ExternalCloudProvider:  cfg.external,
+		ControllerAttachDetach: *kc.EnableControllerAttachDetach,
+		MaxPods:                kc.MaxPods,
+		KubeReserved:           cfg.kubeReserved,
+		SystemReserved:         cfg.systemReserved,
+		EvictionHard:           cfg.evictionHard,
+		MaxImages:              *kc.NodeStatusMaxImages,
+		StatusUpdateFrequency:  kc.NodeStatusUpdateFrequency.Duration,
+		StatusReportFrequency:  kc.NodeStatusReportFrequency.Duration,
+		LeaseDurationSeconds:   kc.NodeLeaseDurationSeconds,
+		KubeletPort:            kc.Port,
+		KubeletVersion:         cfg.version,
+	})
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	if port := *kc.HealthzPort; port > 0 {
+		healthz, err := server.NewHealthz(server.HealthzConfig{BindAddress: kc.HealthzBindAddress, Port: port})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return healthz.Run(gctx) })
+	}
+	g.Go(func() error { return nodeCtrl.Run(gctx) })
+	return g.Wait()
+}
+
+// newClientset builds the apiserver client from --kubeconfig with the
+// QPS, burst and content type of the configuration.
+func newClientset(cfg *agentConfig) (kubernetes.Interface, error) {
+	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", cfg.kubeconfig, err)
+	}
+	kc := cfg.kubelet
+	restCfg.UserAgent = fmt.Sprintf("nodeagent/%s (%s)", cfg.version, cfg.nodeName)
+	restCfg.QPS = float32(*kc.KubeAPIQPS)
+	restCfg.Burst = int(kc.KubeAPIBurst)
+	restCfg.ContentType = kc.ContentType
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("build apiserver client: %w", err)
+	}
+	return client, nil
+}
+
+// waitForRuntime checks that the runtime answers, retrying for a while.
+func waitForRuntime(ctx context.Context, cri *runtime.Client) error {
+	logger := klog.FromContext(ctx)
+	deadline := time.Now().Add(runtimeStartupWait)
+	for {
+		v, err := cri.Version(ctx)
+		if err == nil {
+			logger.Info("Connected to container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "criVersion", v.RuntimeApiVersion)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("container runtime did not answer within %s: %w", runtimeStartupWait, err)
+		}
+		logger.Info("Waiting for the container runtime", "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}

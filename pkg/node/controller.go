@@ -1,0 +1,153 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// Registration retries start fast, so the node appears within seconds of
+// the apiserver coming up, and back off to this ceiling.
+const (
+	registerRetryInitial = 100 * time.Millisecond
+	registerRetryMax     = 7 * time.Second
+)
+
+// Controller registers the Node and keeps its status and Lease current.
+type Controller struct {
+	cfg    Config
+	health runtimeHealth
+	lease  *leaseRenewer
+
+	// registered is false until the Node exists, and again after it was deleted.
+	registered bool
+	lastReport time.Time
+
+	mu  sync.Mutex
+	uid types.UID // the registered Node's UID, read by the lease renewer
+}
+
+// New validates cfg and builds a Controller.
+func New(cfg Config) (*Controller, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	c := &Controller{cfg: cfg, health: runtimeHealth{downAfter: cfg.RuntimeDownAfter}}
+	c.lease = &leaseRenewer{
+		client:          cfg.Client,
+		clock:           cfg.Clock,
+		nodeName:        cfg.NodeName,
+		durationSeconds: cfg.LeaseDurationSeconds,
+		nodeUID:         c.nodeUID,
+	}
+	return c, nil
+}
+
+func (c *Controller) nodeUID() types.UID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.uid
+}
+
+func (c *Controller) setNodeUID(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.uid = uid
+}
+
+// Run registers the Node, then keeps its status and Lease current until
+// ctx ends. It returns once both loops have stopped.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("node", klog.KRef("", c.cfg.NodeName))
+	ctx = klog.NewContext(ctx, logger)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.lease.run(ctx)
+	}()
+
+	retry := registerRetryInitial
+	for {
+		wait := c.cfg.StatusUpdateFrequency
+		if err := c.sync(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Failed to sync node status")
+		}
+		if !c.registered {
+			wait, retry = retry, min(retry*2, registerRetryMax)
+		} else {
+			retry = registerRetryInitial
+		}
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-c.cfg.Clock.After(wait):
+		}
+	}
+}
+
+// sync observes the host and runtime once, then registers the Node or
+// brings its status up to date.
+func (c *Controller) sync(ctx context.Context) error {
+	obs, err := c.observe(ctx)
+	if err != nil {
+		return err
+	}
+	now := metav1.NewTime(c.cfg.Clock.Now())
+	if !c.registered {
+		return c.register(ctx, obs, now)
+	}
+	return c.updateStatus(ctx, obs, now)
+}
+
+// observe gathers everything the status is computed from. A runtime that
+// does not answer is an observation, not an error.
+func (c *Controller) observe(ctx context.Context) (observation, error) {
+	logger := klog.FromContext(ctx)
+	var obs observation
+	var err error
+	if obs.machine, err = c.cfg.Host.Read(); err != nil {
+		return obs, fmt.Errorf("read machine info: %w", err)
+	}
+	if obs.addresses, err = c.addresses(); err != nil {
+		return obs, err
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.RuntimeCallTimeout)
+	defer cancel()
+	obs.status, err = c.cfg.Runtime.Status(rctx)
+	c.health.observe(c.cfg.Clock.Now(), obs.status, err)
+	if err != nil {
+		logger.Error(err, "Container runtime status check failed")
+	} else {
+		if obs.version, err = c.cfg.Runtime.Version(rctx); err != nil {
+			logger.Error(err, "Container runtime version check failed")
+		}
+		if obs.images, err = c.cfg.Runtime.ListImages(rctx); err != nil {
+			logger.Error(err, "Failed to list images for node status")
+		}
+	}
+	obs.notReady = c.health.notReady(c.cfg.Clock.Now())
+	return obs, nil
+}
+
+func (c *Controller) addresses() ([]v1.NodeAddress, error) {
+	ips := c.cfg.NodeIPs
+	if len(ips) == 0 {
+		ip, err := c.cfg.DetectNodeIP()
+		if err != nil {
+			return nil, fmt.Errorf("detect node IP (set --node-ip): %w", err)
+		}
+		ips = []net.IP{ip}
+	}
+	return nodeAddresses(ips, c.cfg.Hostname), nil
+}

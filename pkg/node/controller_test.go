@@ -1,0 +1,243 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func TestRegisterCreatesTruthfulNode(t *testing.T) {
+	e := newTestEnv(t, nil)
+	if err := e.ctrl.sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := e.node(t)
+
+	wantLabels := map[string]string{
+		"kubernetes.io/hostname": "nodeagent-node", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+		"beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", "node.kubernetes.io/pool": "a",
+	}
+	for k, v := range wantLabels {
+		if k == "kubernetes.io/arch" || k == "beta.kubernetes.io/arch" {
+			v = n.Status.NodeInfo.Architecture
+		}
+		if n.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, n.Labels[k], v)
+		}
+	}
+	if n.Annotations[annotationControllerManagedAttach] != "true" {
+		t.Errorf("missing controller-managed attach-detach annotation")
+	}
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "dedicated" {
+		t.Errorf("taints = %v", n.Spec.Taints)
+	}
+	if got := n.Status.Addresses; len(got) != 2 || got[0] != (v1.NodeAddress{Type: v1.NodeInternalIP, Address: "10.0.0.5"}) ||
+		got[1] != (v1.NodeAddress{Type: v1.NodeHostName, Address: "nodeagent-node"}) {
+		t.Errorf("addresses = %v", got)
+	}
+	checkQuantity(t, n.Status.Capacity, v1.ResourceCPU, "4")
+	checkQuantity(t, n.Status.Capacity, v1.ResourceMemory, "8Gi")
+	checkQuantity(t, n.Status.Capacity, v1.ResourcePods, "110")
+	checkQuantity(t, n.Status.Capacity, "hugepages-2Mi", "0")
+	checkQuantity(t, n.Status.Allocatable, v1.ResourceMemory, "8092Mi")
+	checkQuantity(t, n.Status.Allocatable, v1.ResourceEphemeralStorage, "92160Mi")
+	info := n.Status.NodeInfo
+	if info.ContainerRuntimeVersion != "containerd://v2.1.4" || info.KubeletVersion != "v1.37.1" || info.MachineID != "mid" ||
+		info.BootID != "boot" || info.OSImage != "Debian GNU/Linux 13 (trixie)" || info.OperatingSystem != "linux" {
+		t.Errorf("nodeInfo = %+v", info)
+	}
+	if n.Status.DaemonEndpoints.KubeletEndpoint.Port != 10250 {
+		t.Errorf("kubelet port = %d", n.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	}
+	if len(n.Status.Images) != 2 || n.Status.Images[0].Names[0] != "nginx@sha256:abc" {
+		t.Errorf("images = %v, want largest first, digests first", n.Status.Images)
+	}
+	ready := condition(n, v1.NodeReady)
+	if ready.Status != v1.ConditionTrue || ready.Reason != "KubeletReady" || ready.Message != "kubelet is posting ready status" {
+		t.Errorf("Ready = %+v", ready)
+	}
+	if c := condition(n, v1.NodeMemoryPressure); c.Status != v1.ConditionFalse || c.Reason != "KubeletHasSufficientMemory" {
+		t.Errorf("MemoryPressure = %+v", c)
+	}
+	if e.ctrl.nodeUID() != n.UID {
+		t.Errorf("controller UID %q, node UID %q", e.ctrl.nodeUID(), n.UID)
+	}
+}
+
+func checkQuantity(t *testing.T, list v1.ResourceList, name v1.ResourceName, want string) {
+	t.Helper()
+	got, ok := list[name]
+	if !ok || got.Cmp(resource.MustParse(want)) != 0 {
+		t.Errorf("%s = %s, want %s", name, got.String(), want)
+	}
+}
+
+func TestRegisterReconcilesExistingNode(t *testing.T) {
+	e := newTestEnv(t, nil)
+	existing := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeagent-node", UID: "old-uid", Labels: map[string]string{
+			"kubernetes.io/hostname": "stale", "node-role.kubernetes.io/control-plane": "",
+		}},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{
+			{Type: v1.NodeNetworkUnavailable, Status: v1.ConditionFalse, Reason: "RouteCreated"},
+		}},
+	}
+	if _, err := e.client.CoreV1().Nodes().Create(context.Background(), existing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ctrl.sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	nodes, _ := e.client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if len(nodes.Items) != 1 {
+		t.Fatalf("%d nodes, want exactly one", len(nodes.Items))
+	}
+	n := nodes.Items[0]
+	if n.Labels["kubernetes.io/hostname"] != "nodeagent-node" || n.Labels["node.kubernetes.io/pool"] != "a" {
+		t.Errorf("labels not reconciled: %v", n.Labels)
+	}
+	if _, ok := n.Labels["node-role.kubernetes.io/control-plane"]; !ok {
+		t.Errorf("a label set by an administrator was removed")
+	}
+	if c := condition(&n, v1.NodeNetworkUnavailable); c.Reason != "RouteCreated" {
+		t.Errorf("a condition owned by another component was lost: %v", n.Status.Conditions)
+	}
+	if condition(&n, v1.NodeReady).Status != v1.ConditionTrue {
+		t.Errorf("Ready not set on reconciled node")
+	}
+	if e.ctrl.nodeUID() != "old-uid" {
+		t.Errorf("UID = %q, want the existing node's", e.ctrl.nodeUID())
+	}
+}
+
+func TestDeletedNodeIsRegisteredAgain(t *testing.T) {
+	e := newTestEnv(t, nil)
+	ctx := context.Background()
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.CoreV1().Nodes().Delete(ctx, "nodeagent-node", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(10 * time.Second)
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.node(t); condition(n, v1.NodeReady).Status != v1.ConditionTrue {
+		t.Errorf("re-registered node not Ready: %v", n.Status.Conditions)
+	}
+	if got := e.countActions("create", "nodes"); got != 2 {
+		t.Errorf("%d node creates, want 2", got)
+	}
+}
+
+func TestReadyFollowsRuntime(t *testing.T) {
+	e := newTestEnv(t, nil)
+	ctx := context.Background()
+	step := func(d time.Duration) *v1.Node {
+		t.Helper()
+		e.clock.Step(d)
+		if err := e.ctrl.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return e.node(t)
+	}
+	n := step(0)
+	readySince := condition(n, v1.NodeReady).LastTransitionTime
+
+	// Network plugin not ready: NotReady at once, with the runtime's words.
+	e.rt.set(func(f *fakeRuntime) { f.networkReady = false })
+	n = step(10 * time.Second)
+	ready := condition(n, v1.NodeReady)
+	wantMsg := "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
+	if ready.Status != v1.ConditionFalse || ready.Reason != "KubeletNotReady" || ready.Message != wantMsg {
+		t.Fatalf("Ready = %+v", ready)
+	}
+	if ready.LastTransitionTime.Equal(&readySince) {
+		t.Errorf("transition time did not move")
+	}
+	e.rt.set(func(f *fakeRuntime) { f.networkReady = true })
+	if ready = condition(step(10*time.Second), v1.NodeReady); ready.Status != v1.ConditionTrue {
+		t.Fatalf("Ready after network recovery = %+v", ready)
+	}
+
+	// Runtime stops answering: one missed check is tolerated, then "down".
+	e.rt.set(func(f *fakeRuntime) { f.down = true })
+	if ready = condition(step(10*time.Second), v1.NodeReady); ready.Status != v1.ConditionTrue {
+		t.Fatalf("Ready flipped on the first missed check: %+v", ready)
+	}
+	ready = condition(step(30*time.Second), v1.NodeReady)
+	if ready.Status != v1.ConditionFalse || ready.Message != "container runtime is down" {
+		t.Fatalf("Ready with runtime down = %+v", ready)
+	}
+	e.rt.set(func(f *fakeRuntime) { f.down = false })
+	if ready = condition(step(10*time.Second), v1.NodeReady); ready.Status != v1.ConditionTrue {
+		t.Fatalf("Ready after runtime recovery = %+v", ready)
+	}
+}
+
+func TestStatusWrittenOnChangeOrReportFrequency(t *testing.T) {
+	e := newTestEnv(t, nil)
+	ctx := context.Background()
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	patches := func() int { return e.countActions("patch", "nodes") }
+	for i := 0; i < 5; i++ {
+		e.clock.Step(10 * time.Second)
+		if err := e.ctrl.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := patches(); got != 0 {
+		t.Fatalf("%d patches while nothing changed, want 0", got)
+	}
+	e.rt.set(func(f *fakeRuntime) { f.images = f.images[:1] })
+	e.clock.Step(10 * time.Second)
+	_ = e.ctrl.sync(ctx)
+	if got := patches(); got != 1 {
+		t.Fatalf("%d patches after an image change, want 1", got)
+	}
+	e.clock.Step(5 * time.Minute)
+	_ = e.ctrl.sync(ctx)
+	if got := patches(); got != 2 {
+		t.Fatalf("%d patches after the report frequency, want 2", got)
+	}
+	if hb := condition(e.node(t), v1.NodeReady).LastHeartbeatTime; !hb.Time.Equal(e.clock.Now()) {
+		t.Errorf("heartbeat %v, want %v", hb, e.clock.Now())
+	}
+}
+
+func TestRunRegistersAndStops(t *testing.T) {
+	e := newTestEnv(t, nil)
+	created := make(chan string, 4)
+	e.client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		created <- a.GetResource().Resource
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.ctrl.Run(ctx) }()
+	seen := map[string]bool{}
+	for !seen["nodes"] || !seen["leases"] {
+		seen[<-created] = true
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	_, err := New(Config{NodeName: "n"})
+	if err == nil || !strings.Contains(err.Error(), "client, runtime and host are required") {
+		t.Fatalf("New = %v", err)
+	}
+}
