@@ -135,9 +135,22 @@ func TestNodeStaysReady(t *testing.T) {
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != harness.NodeName {
 		t.Errorf("lease holder %v, want %s", lease.Spec.HolderIdentity, harness.NodeName)
 	}
-	if len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].Kind != "Node" || lease.OwnerReferences[0].Name != harness.NodeName {
-		t.Errorf("lease owner references %+v, want the Node", lease.OwnerReferences)
-	}
+	// A Lease created while the Node was being registered again gets its owner on the
+	// next renewal, as with the kubelet.
+	framework.Eventually(t, 30*time.Second, func() error {
+		node, err := cs.CoreV1().Nodes().Get(ctx, harness.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		l, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, harness.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if refs := l.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Node" || refs[0].UID != node.UID {
+			return fmt.Errorf("lease owner references %+v, want the Node %s", refs, node.UID)
+		}
+		return nil
+	})
 	first := lease.Spec.RenewTime.Time
 	deadline := time.Now().Add(70 * time.Second) // longer than the controller's grace period
 	renewed := false
