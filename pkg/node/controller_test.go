@@ -47,9 +47,9 @@ func TestRegisterCreatesTruthfulNode(t *testing.T) {
 	checkQuantity(t, n.Status.Capacity, v1.ResourcePods, "110")
 	checkQuantity(t, n.Status.Capacity, "hugepages-2Mi", "0")
 	checkQuantity(t, n.Status.Allocatable, v1.ResourceMemory, "8092Mi")
-	checkQuantity(t, n.Status.Allocatable, v1.ResourceEphemeralStorage, "92160Mi")
+	checkQuantity(t, n.Status.Allocatable, v1.ResourceEphemeralStorage, "96636764k")
 	info := n.Status.NodeInfo
-	if info.ContainerRuntimeVersion != "containerd://v2.1.4" || info.KubeletVersion != "v1.37.1" || info.MachineID != "mid" ||
+	if info.ContainerRuntimeVersion != "containerd://2.1.4" || info.KubeletVersion != "v1.37.1" || info.MachineID != "mid" ||
 		info.BootID != "boot" || info.OSImage != "Debian GNU/Linux 13 (trixie)" || info.OperatingSystem != "linux" {
 		t.Errorf("nodeInfo = %+v", info)
 	}

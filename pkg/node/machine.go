@@ -30,6 +30,8 @@ type Machine struct {
 	KernelVersion string
 	// OSImage is PRETTY_NAME from os-release.
 	OSImage string
+	// InUserNamespace tells whether the agent runs in a user namespace (rootless).
+	InUserNamespace bool
 }
 
 // HostReader reads Machine facts from the host. Root is prepended to every
@@ -76,7 +78,15 @@ func (h HostReader) Read() (Machine, error) {
 	}
 	m.MachineID, _ = h.read("/etc/machine-id")
 	m.SystemUUID, _ = h.read("/sys/class/dmi/id/product_uuid")
+	if m.SystemUUID == "" {
+		// Without DMI (many VMs), the kubelet (through cAdvisor) reports the machine ID.
+		m.SystemUUID = m.MachineID
+	}
 	m.BootID, _ = h.read("/proc/sys/kernel/random/boot_id")
+	// The initial user namespace maps every ID onto itself.
+	if uidMap, err := h.read("/proc/self/uid_map"); err == nil {
+		m.InUserNamespace = strings.Join(strings.Fields(uidMap), " ") != "0 0 4294967295"
+	}
 	m.KernelVersion, _ = h.read("/proc/sys/kernel/osrelease")
 	m.OSImage = "Linux"
 	if osRelease, err := h.read("/etc/os-release"); err == nil {

@@ -5,6 +5,7 @@ import (
 	"net"
 	goruntime "runtime"
 	"sort"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -73,8 +74,11 @@ func setStatus(cfg *Config, n *v1.Node, obs observation, now metav1.Time) {
 	s.NodeInfo.OperatingSystem = goruntime.GOOS
 	s.NodeInfo.Architecture = goruntime.GOARCH
 	s.NodeInfo.KubeletVersion = cfg.KubeletVersion
+	inUserNS := obs.machine.InUserNamespace
+	s.NodeInfo.RunningInUserNamespace = &inUserNS
 	if obs.version != nil {
-		s.NodeInfo.ContainerRuntimeVersion = fmt.Sprintf("%s://%s", obs.version.RuntimeName, obs.version.RuntimeVersion)
+		// As the kubelet: the version is parsed, so containerd's "v2.4.2" reads "2.4.2".
+		s.NodeInfo.ContainerRuntimeVersion = fmt.Sprintf("%s://%s", obs.version.RuntimeName, strings.TrimPrefix(obs.version.RuntimeVersion, "v"))
 	}
 	if obs.status != nil {
 		s.RuntimeHandlers = runtimeHandlers(obs.status.RuntimeHandlers)

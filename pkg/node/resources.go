@@ -83,10 +83,11 @@ func sortedKeys(m map[string]string) []string {
 // capacity builds the node's capacity from the machine facts.
 func capacity(m Machine, maxPods int32) v1.ResourceList {
 	c := v1.ResourceList{
-		v1.ResourceCPU:              *resource.NewQuantity(int64(m.NumCPU), resource.DecimalSI),
-		v1.ResourceMemory:           *resource.NewQuantity(m.MemoryBytes, resource.BinarySI),
-		v1.ResourcePods:             *resource.NewQuantity(int64(maxPods), resource.DecimalSI),
-		v1.ResourceEphemeralStorage: *resource.NewQuantity(m.EphemeralStorageBytes, resource.BinarySI),
+		v1.ResourceCPU:    *resource.NewQuantity(int64(m.NumCPU), resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(m.MemoryBytes, resource.BinarySI),
+		v1.ResourcePods:   *resource.NewQuantity(int64(maxPods), resource.DecimalSI),
+		// The kubelet reports the filesystem size in plain bytes.
+		v1.ResourceEphemeralStorage: *resource.NewQuantity(m.EphemeralStorageBytes, resource.DecimalSI),
 	}
 	for size, bytes := range m.HugePages {
 		c[v1.ResourceName(v1.ResourceHugePagesPrefix+size)] = *resource.NewQuantity(bytes, resource.BinarySI)
@@ -119,7 +120,9 @@ func allocatable(capacity, kubeReserved, systemReserved v1.ResourceList, evictio
 			continue
 		}
 		c := capacity[res]
-		add(res, *resource.NewQuantity(int64(float64(c.Value())*t.Percentage), resource.BinarySI))
+		// The kubelet holds percentages as float32; computing with that precision gives
+		// the same allocatable to the byte (10% of 270553174016 is 27055317804 there).
+		add(res, *resource.NewQuantity(int64(float64(float32(t.Percentage))*float64(c.Value())), resource.BinarySI))
 	}
 
 	out := v1.ResourceList{}

@@ -28,7 +28,7 @@ func TestAllocatable(t *testing.T) {
 			mutate: func(c, k, s v1.ResourceList, _ map[string]string) (v1.ResourceList, v1.ResourceList, v1.ResourceList, map[string]string) {
 				return c, k, s, map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%"}
 			},
-			want: map[v1.ResourceName]string{v1.ResourceMemory: "8092Mi", v1.ResourceEphemeralStorage: "92160Mi"},
+			want: map[v1.ResourceName]string{v1.ResourceMemory: "8092Mi", v1.ResourceEphemeralStorage: "96636764k" /* 100Gi minus 10% at the kubelet's float32 precision */},
 		},
 		{
 			name: "kube and system reserved add up",
@@ -112,7 +112,7 @@ func TestHostReader(t *testing.T) {
 	if m.NumCPU != 2 || m.MemoryBytes != 16303856*1024 || m.EphemeralStorageBytes != 42 {
 		t.Errorf("cpu/mem/storage = %d/%d/%d", m.NumCPU, m.MemoryBytes, m.EphemeralStorageBytes)
 	}
-	if m.MachineID != "abc123" || m.BootID != "b-1" || m.KernelVersion != "6.8.0-45-generic" || m.OSImage != "Ubuntu 24.04.1 LTS" || m.SystemUUID != "" {
+	if m.MachineID != "abc123" || m.BootID != "b-1" || m.KernelVersion != "6.8.0-45-generic" || m.OSImage != "Ubuntu 24.04.1 LTS" || m.SystemUUID != "abc123" /* no DMI: the machine ID, as cAdvisor */ {
 		t.Errorf("identity = %+v", m)
 	}
 	if m.HugePages["2Mi"] != 3*2<<20 || m.HugePages["1Gi"] != 0 || len(m.HugePages) != 2 {
