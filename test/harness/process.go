@@ -49,13 +49,26 @@ func (c *Config) startDaemon(name, bin string, args []string, env []string) (int
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w", name, err)
 	}
-	go cmd.Wait() //nolint:errcheck // reaping only; the exit shows in the log and the health checks
+	exitFile := filepath.Join(c.pidDir(), name+".exit")
+	_ = os.Remove(exitFile)
+	go func() {
+		// Reap it, and record how it ended for tests that stop a daemon on purpose.
+		_ = cmd.Wait()
+		_ = os.WriteFile(exitFile, []byte(cmd.ProcessState.String()), 0o644)
+	}()
 	rec := pidRecord{Pid: cmd.Process.Pid, Exe: bin, Start: procStart(cmd.Process.Pid)}
 	data, _ := json.Marshal(rec)
 	if err := os.WriteFile(filepath.Join(c.pidDir(), name+".pid"), data, 0o644); err != nil {
 		return 0, err
 	}
 	return rec.Pid, nil
+}
+
+// ExitStatus returns how the named daemon, started by this process, ended ("exit status
+// 0", "signal: killed"), or "" while it runs or when another process started it.
+func (c *Config) ExitStatus(name string) string {
+	data, _ := os.ReadFile(filepath.Join(c.pidDir(), name+".exit"))
+	return string(data)
 }
 
 // procStart returns the start time of pid in clock ticks since boot, or 0.
@@ -114,7 +127,10 @@ func (c *Config) Pids() map[string]int {
 	out := map[string]int{}
 	entries, _ := os.ReadDir(c.pidDir())
 	for _, e := range entries {
-		name := strings.TrimSuffix(e.Name(), ".pid")
+		name, ok := strings.CutSuffix(e.Name(), ".pid")
+		if !ok {
+			continue
+		}
 		if rec, err := c.readPid(name); err == nil && rec.alive() {
 			out[name] = rec.Pid
 		}
@@ -154,7 +170,9 @@ func (c *Config) stopAll(ctx context.Context, order []string) error {
 	}
 	var names []string
 	for _, e := range entries {
-		names = append(names, strings.TrimSuffix(e.Name(), ".pid"))
+		if name, ok := strings.CutSuffix(e.Name(), ".pid"); ok {
+			names = append(names, name)
+		}
 	}
 	key := func(n string) int {
 		if r, ok := rank[n]; ok {
