@@ -146,3 +146,44 @@ func runSandbox(ctx context.Context, t *testing.T, cfg *harness.Config, name str
 		t.Fatalf("StartContainer in %s: %v", name, err)
 	}
 }
+
+// TestDebianContainerd1_6 shows the older CRI runtime still serves the node: Debian's
+// containerd 1.6 comes up with the harness's config, the agent registers a Ready node on it,
+// a sandbox runs, and teardown leaves nothing.
+func TestDebianContainerd1_6(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cfg := &harness.Config{Runtime: harness.RuntimeContainerdDebian}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := framework.ReadMachineState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = harness.Down(context.Background(), cfg) })
+	if err := harness.Up(ctx, cfg); err != nil {
+		t.Fatalf("up with %s: %v", cfg.Runtime, err)
+	}
+	assertWorks(ctx, t, cfg)
+	rt, _, closeFn, err := cfg.CRI(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil || !strings.HasPrefix(strings.TrimPrefix(v.GetRuntimeVersion(), "v"), "1.6.") {
+		t.Fatalf("CRI Version = %+v, %v; want Debian's containerd 1.6", v, err)
+	}
+	runSandbox(ctx, t, cfg, "on-1.6")
+	if err := harness.Down(ctx, cfg); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	after, err := framework.ReadMachineState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := framework.Leftovers(before, after); len(left) > 0 {
+		t.Fatalf("down left behind:\n  %s", strings.Join(left, "\n  "))
+	}
+}
