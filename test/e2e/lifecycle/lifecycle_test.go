@@ -67,6 +67,13 @@ func TestKillRecoverAndTeardownLeavesNothing(t *testing.T) {
 	assertWorks(ctx, t, cfg)
 	runSandbox(ctx, t, cfg, "after-recovery")
 
+	downAndAssertClean(ctx, t, cfg, before)
+}
+
+// downAndAssertClean tears the cluster down and fails if anything of it is left on the
+// machine that was not there before.
+func downAndAssertClean(ctx context.Context, t *testing.T, cfg *harness.Config, before framework.MachineState) {
+	t.Helper()
 	if err := harness.Down(ctx, cfg); err != nil {
 		t.Fatalf("down: %v", err)
 	}
@@ -176,14 +183,5 @@ func TestDebianContainerd1_6(t *testing.T) {
 		t.Fatalf("CRI Version = %+v, %v; want Debian's containerd 1.6", v, err)
 	}
 	runSandbox(ctx, t, cfg, "on-1.6")
-	if err := harness.Down(ctx, cfg); err != nil {
-		t.Fatalf("down: %v", err)
-	}
-	after, err := framework.ReadMachineState(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if left := framework.Leftovers(before, after); len(left) > 0 {
-		t.Fatalf("down left behind:\n  %s", strings.Join(left, "\n  "))
-	}
+	downAndAssertClean(ctx, t, cfg, before)
 }
