@@ -33,6 +33,8 @@ type flags struct {
 	fs *pflag.FlagSet
 	// unsupported holds the known kubelet flags nodeagent accepts but ignores.
 	unsupported map[string]*string
+	// configValues holds the deprecated flags that mirror a config field (config_flags.go).
+	configValues map[string]*string
 }
 
 // unsupportedBoolFlags and unsupportedValueFlags are kubelet flags nodeagent
@@ -97,12 +99,19 @@ func newFlags(klogFlags *flag.FlagSet) *flags {
 			fs.AddGoFlag(gf)
 		}
 	}
+	f.configValues = defineConfigFlags(fs)
 	for _, name := range unsupportedBoolFlags {
+		if _, mirrored := configFlags[name]; mirrored {
+			continue
+		}
 		f.unsupported[name] = fs.String(name, "", "Accepted for kubelet compatibility; not supported, ignored.")
 		fs.Lookup(name).NoOptDefVal = "true"
 		_ = fs.MarkHidden(name)
 	}
 	for _, name := range unsupportedValueFlags {
+		if _, mirrored := configFlags[name]; mirrored {
+			continue
+		}
 		f.unsupported[name] = fs.String(name, "", "Accepted for kubelet compatibility; not supported, ignored.")
 		_ = fs.MarkHidden(name)
 	}

@@ -73,16 +73,19 @@ func baseArgs(t *testing.T) []string {
 
 func TestBuildConfigFromHarnessFlags(t *testing.T) {
 	f := newFlags(newKlogFlags())
-	args := append(baseArgs(t), "--pod-infra-container-image=pause:3.10", "--fail-swap-on", "--cgroup-driver=systemd",
+	args := append(baseArgs(t), "--pod-infra-container-image=pause:3.10", "--fail-swap-on=false", "--cgroup-driver=systemd",
+		"--cgroup-root=/kubelet", "--eviction-hard=memory.available<200Mi", "--feature-gates=Foo=true",
+		"--containerd=/run/containerd/containerd.sock",
 		"--register-with-taints=a=b:NoSchedule", "--node-labels=node.kubernetes.io/pool=x")
 	warnings, err := f.parse(args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := buildConfig(f)
+	cfg, buildWarnings, err := buildConfig(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	warnings = append(warnings, buildWarnings...)
 	if cfg.nodeName != "nodeagent-node" || cfg.kubelet.ContainerRuntimeEndpoint != "unix:///run/x.sock" ||
 		cfg.nodeIPs[0].String() != "10.1.0.2" || cfg.certDir != filepath.Join(cfg.rootDir, "pki") {
 		t.Errorf("cfg = %+v", cfg)
@@ -90,11 +93,15 @@ func TestBuildConfigFromHarnessFlags(t *testing.T) {
 	if len(cfg.kubelet.RegisterWithTaints) != 1 || cfg.nodeLabels["node.kubernetes.io/pool"] != "x" {
 		t.Errorf("taints %v labels %v", cfg.kubelet.RegisterWithTaints, cfg.nodeLabels)
 	}
-	if cfg.kubelet.CgroupDriver != "cgroupfs" {
-		t.Errorf("an unsupported flag changed the config")
+	// Deprecated flags that mirror a config field win over the file, as with the kubelet.
+	kc := cfg.kubelet
+	if kc.CgroupDriver != "systemd" || kc.CgroupRoot != "/kubelet" || kc.FailSwapOn == nil || *kc.FailSwapOn ||
+		len(kc.EvictionHard) != 1 || kc.EvictionHard["memory.available"] != "200Mi" || !kc.FeatureGates["Foo"] {
+		t.Errorf("config-mirror flags not applied: driver %q root %q failSwapOn %v evictionHard %v gates %v",
+			kc.CgroupDriver, kc.CgroupRoot, kc.FailSwapOn, kc.EvictionHard, kc.FeatureGates)
 	}
 	joined := strings.Join(warnings, "\n")
-	for _, name := range []string{"--fail-swap-on", "--cgroup-driver", "--pod-infra-container-image"} {
+	for _, name := range []string{"--fail-swap-on", "--cgroup-driver", "--cgroup-root", "--containerd", "--pod-infra-container-image"} {
 		if strings.Count(joined, name+" ") != 1 {
 			t.Errorf("want one warning naming %s, got:\n%s", name, joined)
 		}
@@ -113,6 +120,8 @@ func TestBuildConfigErrors(t *testing.T) {
 		{name: "bad node ip", extra: []string{"--node-ip=10.1"}, want: "--node-ip"},
 		{name: "bad taint", extra: []string{"--register-with-taints=a"}, want: "--register-with-taints"},
 		{name: "bad cloud provider", extra: []string{"--cloud-provider=aws"}, want: "--cloud-provider"},
+		{name: "bad config-mirror flag", extra: []string{"--max-pods=many"}, want: "--max-pods"},
+		{name: "config-mirror flag fails validation", extra: []string{"--max-pods=-1"}, want: "maxPods"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -48,6 +48,11 @@ func buildConfig(f *flags) (*agentConfig, []string, error) {
 	if err != nil {
 		return nil, warnings, err
 	}
+	flagWarnings, err := applyConfigFlags(kc, f.fs, f.configValues)
+	warnings = append(warnings, flagWarnings...)
+	if err != nil {
+		return nil, warnings, err
+	}
 	if f.changed("container-runtime-endpoint") {
 		kc.ContainerRuntimeEndpoint = f.containerRuntimeEndpoint
 	}
