@@ -4,12 +4,13 @@
 #   make down    stop it and remove everything it made
 #   make test    unit tests, then the end-to-end suites on one shared cluster
 #   make build   build bin/nodeagent
+#   make bench   pod startup and footprint, nodeagent side by side with the kubelet (BENCHMARKS.md)
 
 GO      ?= go
 HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 
-.PHONY: all build up down test unit e2e upstream fmt vet
+.PHONY: all build up down test unit e2e upstream fmt vet bench
 
 all: build
 
@@ -40,3 +41,8 @@ vet:
 e2e:
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 60m -v $(E2E_FLAGS) ./test/e2e/
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/lifecycle/
+
+# Never part of make test. BENCH_FLAGS e.g. "-n 50 -rounds 1 -hold 10s".
+BENCH_FLAGS ?=
+bench:
+	$(GO) run ./test/cmd/bench $(BENCH_FLAGS)

@@ -130,3 +130,25 @@ func (c *Config) StartAgent(ctx context.Context, extraArgs ...string) error {
 	}
 	return c.waitNodeReady(ctx)
 }
+
+// SwitchAgent replaces the running node agent with another kind (AgentNodeagent or
+// AgentKubelet) on the same control plane and runtime: it stops the current one, removes
+// every pod sandbox it left so the next agent starts from an empty runtime, and starts the
+// new one, waiting for its Node to be Ready.
+func (c *Config) SwitchAgent(ctx context.Context, agent string) error {
+	if err := c.StopAgent(ctx); err != nil {
+		return err
+	}
+	if err := c.removeAllPods(ctx); err != nil {
+		return err
+	}
+	version, err := KubeVersion(c.RepoDir)
+	if err != nil {
+		return err
+	}
+	c.Agent = agent
+	return c.startAgent(ctx, c.BinDir(version))
+}
+
+// AgentPid returns the pid of the running node agent, or 0.
+func (c *Config) AgentPid() int { return c.Pids()["agent"] }

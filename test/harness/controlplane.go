@@ -54,8 +54,25 @@ func (c *Config) startEtcd(ctx context.Context, bin string) error {
 	})
 }
 
+// auditPolicy records one line per request the node makes (metadata only), so that the
+// benchmark can count each agent's apiserver requests on the apiserver's side.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  userGroups: ["system:nodes"]
+- level: None
+`
+
+// AuditLog is the apiserver's audit log of the node's requests.
+func (c *Config) AuditLog() string { return c.path("logs", "audit.log") }
+
 func (c *Config) startAPIServer(ctx context.Context, bin string) error {
 	pki := func(f string) string { return c.path("pki", f) }
+	if err := writeFiles(c.path("pki"), map[string]string{"audit-policy.yaml": auditPolicy}); err != nil {
+		return err
+	}
 	_, err := c.startDaemon("kube-apiserver", filepath.Join(bin, "kube-apiserver"), []string{
 		"--etcd-servers=" + etcdClientURL,
 		"--bind-address=127.0.0.1",
@@ -77,6 +94,10 @@ func (c *Config) startAPIServer(ctx context.Context, bin string) error {
 		"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
 		"--service-account-key-file=" + pki("sa.pub"),
 		"--service-account-signing-key-file=" + pki("sa.key"),
+		"--audit-policy-file=" + pki("audit-policy.yaml"),
+		"--audit-log-path=" + c.AuditLog(),
+		"--audit-log-format=json",
+		"--audit-log-maxsize=200",
 		"--v=1",
 	}, nil)
 	if err != nil {

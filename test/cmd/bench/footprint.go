@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// memory returns VmRSS and VmHWM of pid in MiB.
+func memory(pid int) (rss, hwm float64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(fields[1], 64)
+		switch fields[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "VmHWM:":
+			hwm = kb / 1024
+		}
+	}
+	return rss, hwm, sc.Err()
+}
+
+// cpuSeconds returns utime + stime of pid.
+func cpuSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return (utime + stime) / clockTicks, nil
+}
+
+// auditMark is a position in the apiserver's audit log.
+type auditMark int64
+
+func markAudit(path string) auditMark {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return auditMark(st.Size())
+}
+
+// countRequests counts the requests the node made between two marks of the audit log.
+func countRequests(path string, from, to auditMark) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(int64(from), 0); err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	read, n := int64(from), 0
+	for sc.Scan() && read < int64(to) {
+		line := sc.Bytes()
+		read += int64(len(line)) + 1
+		var ev struct {
+			Stage string `json:"stage"`
+			User  struct {
+				Username string `json:"username"`
+			} `json:"user"`
+		}
+		if json.Unmarshal(line, &ev) == nil && ev.Stage == "ResponseComplete" && strings.HasPrefix(ev.User.Username, "system:node:") {
+			n++
+		}
+	}
+	return n, sc.Err()
+}

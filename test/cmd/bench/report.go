@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Dist summarises a set of durations in seconds.
+type Dist struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func dist(xs []float64) Dist {
+	if len(xs) == 0 {
+		return Dist{}
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	q := func(p float64) float64 { return s[int(math.Ceil(p*float64(len(s))))-1] }
+	return Dist{P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: s[len(s)-1]}
+}
+
+// sideResult is everything measured of one side over all rounds.
+type sideResult struct {
+	Rounds    []roundResult `json:"rounds"`
+	RSSIdle   []float64     `json:"rssIdleMiB,omitempty"`
+	RSSPods   []float64     `json:"rssWithPodsMiB,omitempty"`
+	RSSAfter  []float64     `json:"rssAfterDeleteMiB,omitempty"`
+	HWM       []float64     `json:"hwmMiB,omitempty"`
+	CPUPods   []float64     `json:"cpuSecondsWithPods,omitempty"`
+	CPUIdle   []float64     `json:"cpuSecondsIdle,omitempty"`
+	Requests  []float64     `json:"apiserverRequests,omitempty"`
+	Errors    []string      `json:"errors,omitempty"`
+	Available bool          `json:"available"`
+}
+
+// figure is one row of the table: how to read a number out of each round of a side.
+type figure struct {
+	name string
+	get  func(s sideResult) []float64
+}
+
+func fromRounds(f func(r roundResult) float64) func(s sideResult) []float64 {
+	return func(s sideResult) []float64 {
+		var out []float64
+		for _, r := range s.Rounds {
+			out = append(out, f(r))
+		}
+		return out
+	}
+}
+
+var figures = []figure{
+	{"creation → PodReadyToStartContainers p50 (s)", fromRounds(func(r roundResult) float64 { return r.SandboxReady.P50 })},
+	{"creation → PodReadyToStartContainers p99 (s)", fromRounds(func(r roundResult) float64 { return r.SandboxReady.P99 })},
+	{"creation → containers started p50 (s)", fromRounds(func(r roundResult) float64 { return r.Started.P50 })},
+	{"creation → containers started p90 (s)", fromRounds(func(r roundResult) float64 { return r.Started.P90 })},
+	{"creation → containers started p99 (s)", fromRounds(func(r roundResult) float64 { return r.Started.P99 })},
+	{"creation → containers started max (s)", fromRounds(func(r roundResult) float64 { return r.Started.Max })},
+	{"creation → Ready p50 (s)", fromRounds(func(r roundResult) float64 { return r.Ready.P50 })},
+	{"creation → Ready p99 (s)", fromRounds(func(r roundResult) float64 { return r.Ready.P99 })},
+	{"all N running (s)", fromRounds(func(r roundResult) float64 { return r.AllRunning })},
+	{"delete all → nothing left (s)", fromRounds(func(r roundResult) float64 { return r.Deleted })},
+	{"VmRSS idle (MiB)", func(s sideResult) []float64 { return s.RSSIdle }},
+	{"VmRSS with N pods (MiB)", func(s sideResult) []float64 { return s.RSSPods }},
+	{"VmRSS after delete (MiB)", func(s sideResult) []float64 { return s.RSSAfter }},
+	{"VmHWM (MiB)", func(s sideResult) []float64 { return s.HWM }},
+	{"CPU s over the hold, N pods running", func(s sideResult) []float64 { return s.CPUPods }},
+	{"CPU s over the hold, idle", func(s sideResult) []float64 { return s.CPUIdle }},
+	{"apiserver requests per round", func(s sideResult) []float64 { return s.Requests }},
+}
+
+// median, min and max of xs; ok is false when xs is empty.
+func summary(xs []float64) (med, lo, hi float64, ok bool) {
+	if len(xs) == 0 {
+		return 0, 0, 0, false
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2], s[0], s[len(s)-1], true
+}
+
+func cellOf(xs []float64) string {
+	med, lo, hi, ok := summary(xs)
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf("%.3g [%.3g–%.3g]", med, lo, hi)
+}
+
+func ratio(a, b []float64) string {
+	ma, _, _, okA := summary(a)
+	mb, _, _, okB := summary(b)
+	if !okA || !okB || mb == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", ma/mb)
+}
+
+// writeTable prints the Markdown table: medians with [min–max] over rounds, and ratios.
+func writeTable(w io.Writer, sides map[string]sideResult) {
+	fmt.Fprintln(w, "| figure | nodeagent | kubelet | floor (CRI only) | nodeagent / kubelet | nodeagent / floor | kubelet / floor |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	na, kl, fl := sides["nodeagent"], sides["kubelet"], sides["floor"]
+	for _, f := range figures {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.name,
+			cellOf(f.get(na)), cellOf(f.get(kl)), cellOf(f.get(fl)),
+			ratio(f.get(na), f.get(kl)), ratio(f.get(na), f.get(fl)), ratio(f.get(kl), f.get(fl)))
+	}
+	for name, s := range sides {
+		if len(s.Errors) > 0 {
+			fmt.Fprintf(w, "\n%s errors: %s\n", name, strings.Join(s.Errors, "; "))
+		}
+	}
+}
