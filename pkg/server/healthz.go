@@ -1,6 +1,8 @@
-// Package server holds the node's HTTP endpoints. For now that is the plain
-// healthz listener kubeadm polls (healthzBindAddress:healthzPort); the
-// authenticated API on :10250 comes later.
+// Package server holds the node's HTTP endpoints: the plain healthz
+// listener kubeadm polls (healthzBindAddress:healthzPort), and the node API
+// on :10250 (Server) that the apiserver calls for logs, exec, attach and
+// port-forward, behind x509/token authentication and SubjectAccessReview
+// authorization.
 package server
 
 import (

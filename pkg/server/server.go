@@ -1,0 +1,232 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// Authorization modes, spelled as in KubeletConfiguration.authorization.mode.
+const (
+	AuthorizationModeWebhook     = "Webhook"
+	AuthorizationModeAlwaysAllow = "AlwaysAllow"
+)
+
+// Defaults applied by New when a Config field is zero.
+const (
+	defaultPort                  = 10250
+	defaultTokenCacheTTL         = 2 * time.Minute
+	defaultAuthorizedCacheTTL    = 5 * time.Minute
+	defaultUnauthorizedCacheTTL  = 30 * time.Second
+	defaultRuntimeRequestTimeout = 2 * time.Minute
+	// maxHeaderBytes bounds request headers; the node API takes no large bodies.
+	maxHeaderBytes = 1 << 20
+	// readHeaderTimeout stops clients that open a connection and say nothing.
+	readHeaderTimeout = 30 * time.Second
+)
+
+// PodLister returns the pods the agent runs (the desired pods, as /pods shows
+// them). It must not block for long and must not hand out pods it mutates.
+type PodLister func() []*v1.Pod
+
+// Config configures the node's HTTPS API. Field names follow
+// KubeletConfiguration where one exists.
+type Config struct {
+	// Address is the IP to listen on (address); "" or 0.0.0.0 means all.
+	Address string
+	// Port is the port (port); 0 means 10250. A negative port picks a free
+	// one (tests).
+	Port int32
+	// NodeName is the node's name: the object authorized against
+	// (nodes/<name>) and the subject of a self-signed serving certificate.
+	NodeName string
+	// NodeIPs are added to a self-signed serving certificate.
+	NodeIPs []net.IP
+
+	// TLSCertFile and TLSPrivateKeyFile hold the serving certificate. When both
+	// are empty a self-signed one is generated, or reused, in CertDir as
+	// kubelet.crt and kubelet.key.
+	TLSCertFile       string
+	TLSPrivateKeyFile string
+	// CertDir is where a self-signed certificate is kept.
+	CertDir string
+	// TLSMinVersion is a Go TLS version name (VersionTLS12, VersionTLS13);
+	// empty means VersionTLS12.
+	TLSMinVersion string
+	// TLSCipherSuites are IANA cipher suite names; empty means Go's defaults.
+	TLSCipherSuites []string
+
+	// ClientCAFile holds the CAs that sign client certificates
+	// (authentication.x509.clientCAFile); empty disables x509 authentication.
+	ClientCAFile string
+	// AnonymousEnabled lets requests without credentials in as
+	// system:anonymous (authentication.anonymous.enabled).
+	AnonymousEnabled bool
+	// WebhookAuthenticationEnabled checks bearer tokens with TokenReview
+	// (authentication.webhook.enabled).
+	WebhookAuthenticationEnabled bool
+	// TokenCacheTTL is how long a token review is remembered
+	// (authentication.webhook.cacheTTL); 0 means 2m. Refused tokens are
+	// remembered as long, as the kubelet does.
+	TokenCacheTTL time.Duration
+
+	// AuthorizationMode is Webhook or AlwaysAllow (authorization.mode).
+	AuthorizationMode string
+	// AuthorizedCacheTTL and UnauthorizedCacheTTL are how long
+	// SubjectAccessReview answers are remembered
+	// (authorization.webhook.cacheAuthorizedTTL / cacheUnauthorizedTTL);
+	// 0 means 5m and 30s.
+	AuthorizedCacheTTL   time.Duration
+	UnauthorizedCacheTTL time.Duration
+
+	// Client sends TokenReviews and SubjectAccessReviews. Required when
+	// webhook authentication or Webhook authorization is on.
+	Client kubernetes.Interface
+	// Runtime is the CRI runtime service; a runtimeapi.RuntimeServiceClient
+	// satisfies it.
+	Runtime RuntimeService
+	// Pods lists the pods the agent runs.
+	Pods PodLister
+
+	// StreamingConnectionIdleTimeout closes an exec, attach or port-forward
+	// stream after this long without traffic (streamingConnectionIdleTimeout);
+	// 0 means no limit.
+	StreamingConnectionIdleTimeout time.Duration
+	// RuntimeRequestTimeout bounds each short CRI call; 0 means 2m.
+	RuntimeRequestTimeout time.Duration
+}
+
+// Server is the node's HTTPS API on :10250.
+type Server struct {
+	listener net.Listener
+	tls      *tls.Config
+	handler  http.Handler
+}
+
+// New validates cfg, loads or creates the serving certificate and binds the
+// listener, so that a bad certificate or a busy port is reported at start-up.
+func New(cfg Config) (*Server, error) {
+	if err := applyDefaults(&cfg); err != nil {
+		return nil, err
+	}
+	tlsCfg, err := servingTLSConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	authn, err := newAuthenticator(cfg)
+	if err != nil {
+		return nil, err
+	}
+	authz, err := newAuthorizer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if authn.clientCAs != nil {
+		tlsCfg.ClientCAs = authn.clientCAs
+		tlsCfg.ClientAuth = tls.RequestClientCert
+	}
+	api := &api{
+		nodeName:    cfg.NodeName,
+		pods:        cfg.Pods,
+		runtime:     cfg.Runtime,
+		callTimeout: cfg.RuntimeRequestTimeout,
+		idleTimeout: cfg.StreamingConnectionIdleTimeout,
+	}
+	handler := withCanonicalPath(withAuth(authn, authz, api.routes()))
+
+	port := int(cfg.Port)
+	if port < 0 {
+		port = 0
+	}
+	addr := net.JoinHostPort(cfg.Address, strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the node API on %s: %w", addr, err)
+	}
+	return &Server{listener: l, tls: tlsCfg, handler: handler}, nil
+}
+
+func applyDefaults(cfg *Config) error {
+	if cfg.NodeName == "" {
+		return errors.New("node API: node name is required")
+	}
+	if cfg.Address != "" && net.ParseIP(cfg.Address) == nil {
+		return fmt.Errorf("node API: address %q is not an IP address", cfg.Address)
+	}
+	if cfg.Port > 65535 {
+		return fmt.Errorf("node API: port %d is out of range", cfg.Port)
+	}
+	if cfg.Port == 0 {
+		cfg.Port = defaultPort
+	}
+	if cfg.Runtime == nil {
+		return errors.New("node API: a CRI runtime service is required")
+	}
+	if cfg.Pods == nil {
+		return errors.New("node API: a pod lister is required")
+	}
+	if cfg.TokenCacheTTL == 0 {
+		cfg.TokenCacheTTL = defaultTokenCacheTTL
+	}
+	if cfg.AuthorizedCacheTTL == 0 {
+		cfg.AuthorizedCacheTTL = defaultAuthorizedCacheTTL
+	}
+	if cfg.UnauthorizedCacheTTL == 0 {
+		cfg.UnauthorizedCacheTTL = defaultUnauthorizedCacheTTL
+	}
+	if cfg.RuntimeRequestTimeout == 0 {
+		cfg.RuntimeRequestTimeout = defaultRuntimeRequestTimeout
+	}
+	if cfg.StreamingConnectionIdleTimeout < 0 {
+		return fmt.Errorf("node API: streamingConnectionIdleTimeout %s is negative", cfg.StreamingConnectionIdleTimeout)
+	}
+	return nil
+}
+
+// Addr is the address actually listened on.
+func (s *Server) Addr() string { return s.listener.Addr().String() }
+
+// Handler is the whole API behind TLS: path checks, authentication,
+// authorization and the endpoints. Tests drive it without a listener.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run serves until ctx ends. Open streams are cut when it returns: an exec
+// session must not keep the agent from exiting.
+func (s *Server) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	srv := &http.Server{
+		Handler:           s.handler,
+		TLSConfig:         s.tls,
+		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 1)
+	// ServeTLS offers HTTP/2 only when the configured suites allow it.
+	go func() { errCh <- srv.ServeTLS(s.listener, "", "") }()
+	logger.Info("Serving the node API", "address", s.Addr())
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("serve node API: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		// Long-running streams (logs -f, exec) do not end on their own.
+		_ = srv.Close()
+	}
+	if err := <-errCh; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve node API: %w", err)
+	}
+	return nil
+}
