@@ -1,0 +1,243 @@
+// Package volume sets up and tears down pods' volumes on the node.
+//
+// The Manager is level-triggered like the rest of the agent: the pod worker
+// calls MountPod on every sync, which compares what the pod wants with what
+// is on disk and in the mount table and fixes the difference (a configMap
+// change, a token due for refresh, a tmpfs lost to a reboot). Nothing is
+// kept in memory that the disk cannot give back after a restart.
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Config configures a Manager.
+type Config struct {
+	// RootDir is the agent's root directory (the kubelet's --root-dir,
+	// usually /var/lib/kubelet). Required.
+	RootDir string
+	// Client reads configMaps, secrets and cluster trust bundles and
+	// requests service-account tokens. Without it those volumes fail.
+	Client kubernetes.Interface
+	// NodeName is this node's name.
+	NodeName types.NodeName
+	// Clock times token refreshes. Defaults to the real clock.
+	Clock clock.PassiveClock
+	// Allocatable returns the node's allocatable resources: the default
+	// for downward API limits a container does not set and the bound of a
+	// memory-backed emptyDir. Defaults to none.
+	Allocatable func() v1.ResourceList
+	// HugePagesDir lists the host's huge page sizes. Defaults to
+	// /sys/kernel/mm/hugepages.
+	HugePagesDir string
+
+	// mounter replaces the kernel in tests.
+	mounter mounter
+}
+
+// Manager sets up and tears down the volumes of the pods on this node.
+type Manager struct {
+	layout  layout
+	plugins []plugin
+	mounter mounter
+	tokens  *tokenSource
+	log     klog.Logger
+
+	mu   sync.Mutex
+	pods map[types.UID]*podLock
+}
+
+// podLock serialises one pod's mounts and unmounts; it is never held by
+// another pod, so a slow volume is slow alone.
+type podLock struct{ sync.Mutex }
+
+// NewManager validates cfg and returns a Manager.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.RootDir == "" || !filepath.IsAbs(cfg.RootDir) {
+		return nil, fmt.Errorf("volume manager: RootDir must be an absolute path, got %q", cfg.RootDir)
+	}
+	// The mount table shows resolved paths; a symlinked root dir must
+	// resolve the same way for mounts to be found.
+	if resolved, err := filepath.EvalSymlinks(cfg.RootDir); err == nil {
+		cfg.RootDir = resolved
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Allocatable == nil {
+		cfg.Allocatable = func() v1.ResourceList { return nil }
+	}
+	if cfg.HugePagesDir == "" {
+		cfg.HugePagesDir = "/sys/kernel/mm/hugepages"
+	}
+	if cfg.mounter == nil {
+		cfg.mounter = kernelMounter{}
+	}
+	objects := objectSource{client: cfg.Client}
+	tokens := newTokenSource(cfg.Client, cfg.Clock)
+	allocMemory := func() *resource.Quantity {
+		if q, ok := cfg.Allocatable()[v1.ResourceMemory]; ok {
+			return &q
+		}
+		return nil
+	}
+	m := &Manager{
+		layout:  layout{root: filepath.Clean(cfg.RootDir)},
+		mounter: cfg.mounter,
+		tokens:  tokens,
+		pods:    map[types.UID]*podLock{},
+		plugins: []plugin{
+			&emptyDirPlugin{mounter: cfg.mounter, allocatableMemory: allocMemory, hugePagesDir: cfg.HugePagesDir},
+			hostPathPlugin{},
+			newConfigMapPlugin(objects, cfg.mounter),
+			newSecretPlugin(objects, cfg.mounter),
+			newDownwardAPIPlugin(cfg.Allocatable, cfg.mounter),
+			newProjectedPlugin(&projectedPayload{objects: objects, tokens: tokens, allocatable: cfg.Allocatable}, cfg.mounter),
+		},
+	}
+	return m, nil
+}
+
+// PodDir is pods/<uid> under the root directory.
+func (m *Manager) PodDir(uid types.UID) string { return m.layout.podDir(uid) }
+
+// EtcHostsPath is where the pod's managed /etc/hosts lives.
+func (m *Manager) EtcHostsPath(uid types.UID) string { return m.layout.podEtcHosts(uid) }
+
+// ContainersDir is pods/<uid>/containers (termination logs live below it).
+func (m *Manager) ContainersDir(uid types.UID) string { return m.layout.podContainersDir(uid) }
+
+func (m *Manager) lockPod(uid types.UID) func() {
+	m.mu.Lock()
+	l, ok := m.pods[uid]
+	if !ok {
+		l = &podLock{}
+		m.pods[uid] = l
+	}
+	m.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// MountPod creates the pod's directories and sets up every volume in
+// pod.spec.volumes, returning per volume name what containers bind. Call it
+// on every sync of a running pod: it is idempotent, never remounts, and
+// refreshes configMap, secret, downward API and token contents. On error
+// the Mounts hold the volumes that did succeed and the error names each
+// volume that failed (a *MountError each, joined), fit for a FailedMount
+// event; the pod must not start until MountPod returns nil.
+func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (Mounts, error) {
+	if !validUID(pod.UID) {
+		return nil, fmt.Errorf("pod %s/%s has an invalid UID %q", pod.Namespace, pod.Name, pod.UID)
+	}
+	log := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+	unlock := m.lockPod(pod.UID)
+	defer unlock()
+
+	if err := m.ensurePodDirs(pod.UID); err != nil {
+		return nil, err
+	}
+	var fsGroup *int64
+	var fsGroupPolicy *v1.PodFSGroupChangePolicy
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		fsGroup, fsGroupPolicy = sc.FSGroup, sc.FSGroupChangePolicy
+	}
+	mounts := make(Mounts, len(pod.Spec.Volumes))
+	var errs []error
+	for i := range pod.Spec.Volumes {
+		vol := &pod.Spec.Volumes[i]
+		if err := ctx.Err(); err != nil {
+			return mounts, err
+		}
+		p := m.pluginFor(vol)
+		if p == nil {
+			errs = append(errs, &MountError{Volume: vol.Name, Err: errUnsupported})
+			continue
+		}
+		start := time.Now()
+		mnt, err := p.setUp(ctx, &setUpRequest{
+			pod:           pod,
+			vol:           vol,
+			dir:           m.layout.volumeDir(pod.UID, p.name(), vol.Name),
+			fsGroup:       fsGroup,
+			fsGroupPolicy: fsGroupPolicy,
+		})
+		if err != nil {
+			log.V(2).Info("Volume set up failed", "volume", vol.Name, "plugin", p.name(), "err", err)
+			errs = append(errs, &MountError{Volume: vol.Name, Err: err})
+			continue
+		}
+		log.V(5).Info("Volume set up", "volume", vol.Name, "plugin", p.name(), "duration", time.Since(start))
+		mounts[vol.Name] = mnt
+	}
+	return mounts, errors.Join(errs...)
+}
+
+func (m *Manager) pluginFor(vol *v1.Volume) plugin {
+	for _, p := range m.plugins {
+		if p.canSupport(vol) {
+			return p
+		}
+	}
+	return nil
+}
+
+func (m *Manager) pluginByName(name string) plugin {
+	for _, p := range m.plugins {
+		if p.name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func (m *Manager) ensurePodDirs(uid types.UID) error {
+	for _, dir := range []string{
+		m.layout.podDir(uid),
+		m.layout.podVolumesDir(uid),
+		m.layout.podPluginsDir(uid),
+		m.layout.podContainersDir(uid),
+	} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("create pod directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// NextRefresh is when the pod's volumes next need a sync for a token
+// refresh; false when nothing is due. The worker may schedule a wake-up.
+func (m *Manager) NextRefresh(uid types.UID) (time.Time, bool) {
+	return m.tokens.nextRefresh(uid)
+}
+
+// errUnsupported is the error of a volume kind no plugin handles yet.
+var errUnsupported = errors.New("volume type is not supported by this node agent")
+
+// MountError is the failure of one volume of a pod.
+type MountError struct {
+	// Volume is the volume's name in pod.spec.volumes.
+	Volume string
+	Err    error
+}
+
+// Error reads like the kubelet's FailedMount message.
+func (e *MountError) Error() string {
+	return fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", e.Volume, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *MountError) Unwrap() error { return e.Err }

@@ -1,0 +1,145 @@
+package volume
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// mounter is the seam between the plugins and the kernel's mount table;
+// tests swap it for a fake.
+type mounter interface {
+	// mount calls mount(2).
+	mount(source, target, fstype string, flags uintptr, data string) error
+	// unmount calls umount2(2) without following a symlink at target.
+	unmount(target string) error
+	// mountPoints lists the current mounts.
+	mountPoints() ([]mountPoint, error)
+}
+
+// mountPoint is one line of /proc/self/mountinfo.
+type mountPoint struct {
+	path   string
+	fstype string
+	source string
+	// superOpts are the filesystem's options (e.g. "rw,size=65536k").
+	superOpts string
+}
+
+// kernelMounter is the real mounter.
+type kernelMounter struct {
+	mountInfo string
+}
+
+var _ mounter = kernelMounter{}
+
+func (kernelMounter) mount(source, target, fstype string, flags uintptr, data string) error {
+	if err := unix.Mount(source, target, fstype, flags, data); err != nil {
+		return fmt.Errorf("mount %s on %s (%s): %w", source, target, fstype, err)
+	}
+	return nil
+}
+
+func (kernelMounter) unmount(target string) error {
+	err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", target, err)
+	}
+	return nil
+}
+
+func (k kernelMounter) mountPoints() ([]mountPoint, error) {
+	path := k.mountInfo
+	if path == "" {
+		path = "/proc/self/mountinfo"
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	defer f.Close()
+	return parseMountInfo(f)
+}
+
+// parseMountInfo reads the format of proc(5): fields up to the "-"
+// separator, then fstype, source and super options.
+func parseMountInfo(r io.Reader) ([]mountPoint, error) {
+	var mps []mountPoint
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, f := range fields {
+			if f == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 5 || len(fields) < sep+3 {
+			return nil, fmt.Errorf("malformed mountinfo line %q", sc.Text())
+		}
+		mp := mountPoint{
+			path:   unescapeOctal(fields[4]),
+			fstype: fields[sep+1],
+			source: unescapeOctal(fields[sep+2]),
+		}
+		if len(fields) > sep+3 {
+			mp.superOpts = fields[sep+3]
+		}
+		mps = append(mps, mp)
+	}
+	return mps, sc.Err()
+}
+
+// unescapeOctal undoes the kernel's \040-style escaping of spaces, tabs,
+// newlines and backslashes in mountinfo paths.
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// mountsUnder returns the mount points at or below dir, deepest first, so
+// they can be unmounted in that order.
+func mountsUnder(mps []mountPoint, dir string) []mountPoint {
+	var out []mountPoint
+	for _, mp := range mps {
+		if mp.path == dir || strings.HasPrefix(mp.path, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	// Later lines are mounted later, hence on top: unmount in reverse.
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// findMount returns the topmost mount exactly at path.
+func findMount(mps []mountPoint, path string) (mountPoint, bool) {
+	for i := len(mps) - 1; i >= 0; i-- {
+		if mps[i].path == path {
+			return mps[i], true
+		}
+	}
+	return mountPoint{}, false
+}
