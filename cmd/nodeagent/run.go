@@ -11,12 +11,17 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/config"
 	"github.com/nodeagent/nodeagent/pkg/node"
+	"github.com/nodeagent/nodeagent/pkg/pleg"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/server"
+	"github.com/nodeagent/nodeagent/pkg/status"
+	podsync "github.com/nodeagent/nodeagent/pkg/sync"
 )
 
 // runtimeStartupWait is how long start-up waits for the CRI runtime to
@@ -46,7 +51,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	defer cri.Close()
-	if err := waitForRuntime(ctx, cri); err != nil {
+	version, err := waitForRuntime(ctx, cri)
+	if err != nil {
 		return err
 	}
 
@@ -79,6 +85,40 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	recorder, stopEvents := newEventRecorder(ctx, client, cfg.nodeName)
+	defer stopEvents()
+	statusMgr, err := status.NewManager(status.Config{Client: client})
+	if err != nil {
+		return err
+	}
+	var dispatcher *podsync.Dispatcher
+	podEvents, err := pleg.New(pleg.Config{Runtime: cri, OnChange: func(ref runtime.PodRef) { dispatcher.Wake(ref) }})
+	if err != nil {
+		return err
+	}
+	var source *config.APISource
+	dispatcher, err = podsync.NewDispatcher(podsync.Config{
+		Runtime:      cri,
+		Images:       cri,
+		Cache:        podEvents.Cache(),
+		Relister:     podEvents,
+		Status:       statusMgr,
+		Recorder:     recorder,
+		Secrets:      secretGetter{client: client},
+		PodOptions:   podOptions(cfg),
+		RootDir:      cfg.rootDir,
+		NodeIPs:      hostIPs(cfg),
+		RuntimeName:  version.RuntimeName,
+		Known:        podEvents.Cache().UIDs,
+		SourceSynced: func() bool { return source.HasSynced() },
+	})
+	if err != nil {
+		return err
+	}
+	if source, err = config.NewAPISource(config.Config{Client: client, NodeName: cfg.nodeName, Handler: dispatcher}); err != nil {
+		return err
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
 	if port := *kc.HealthzPort; port > 0 {
 		healthz, err := server.NewHealthz(server.HealthzConfig{BindAddress: kc.HealthzBindAddress, Port: port})
@@ -88,6 +128,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		g.Go(func() error { return healthz.Run(gctx) })
 	}
 	g.Go(func() error { return nodeCtrl.Run(gctx) })
+	g.Go(func() error { return syncPodCIDR(gctx, client, cri, cfg.nodeName) })
+	g.Go(func() error { return statusMgr.Run(gctx) })
+	g.Go(func() error { return podEvents.Run(gctx) })
+	g.Go(func() error { return dispatcher.Run(gctx) })
+	g.Go(func() error { return source.Run(gctx) })
 	return g.Wait()
 }
 
@@ -111,22 +156,22 @@ func newClientset(cfg *agentConfig) (kubernetes.Interface, error) {
 }
 
 // waitForRuntime checks that the runtime answers, retrying for a while.
-func waitForRuntime(ctx context.Context, cri *runtime.Client) error {
+func waitForRuntime(ctx context.Context, cri *runtime.Client) (*runtimeapi.VersionResponse, error) {
 	logger := klog.FromContext(ctx)
 	deadline := time.Now().Add(runtimeStartupWait)
 	for {
 		v, err := cri.Version(ctx)
 		if err == nil {
 			logger.Info("Connected to container runtime", "name", v.RuntimeName, "version", v.RuntimeVersion, "criVersion", v.RuntimeApiVersion)
-			return nil
+			return v, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("container runtime did not answer within %s: %w", runtimeStartupWait, err)
+			return nil, fmt.Errorf("container runtime did not answer within %s: %w", runtimeStartupWait, err)
 		}
 		logger.Info("Waiting for the container runtime", "err", err.Error())
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"net"
+	"path"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+)
+
+// eventComponent is the source of the agent's events: what `kubectl
+// describe` shows in its From column, as for a kubelet.
+const eventComponent = "kubelet"
+
+// podCIDRPollPeriod is how often the node's pod CIDR is looked up until
+// the controller manager has assigned one.
+const podCIDRPollPeriod = 5 * time.Second
+
+// newEventRecorder starts an event broadcaster writing core/v1 events
+// and returns its recorder and a function stopping it.
+func newEventRecorder(ctx context.Context, client kubernetes.Interface, nodeName string) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: eventComponent, Host: nodeName}), b.Shutdown
+}
+
+// secretGetter reads image pull secrets from the apiserver.
+type secretGetter struct{ client kubernetes.Interface }
+
+func (s secretGetter) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	return s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// podOptions turns the configuration into the settings of every pod sandbox.
+func podOptions(cfg *agentConfig) runtime.PodOptions {
+	kc := cfg.kubelet
+	parent := path.Join("/", kc.CgroupRoot, "kubepods")
+	if kc.CgroupDriver == "systemd" {
+		parent = "kubepods.slice"
+	}
+	resolv := ""
+	if kc.ResolverConfig != nil {
+		resolv = *kc.ResolverConfig
+	}
+	return runtime.PodOptions{
+		PodLogsDir:   kc.PodLogsDir,
+		CgroupParent: parent,
+		DNS:          runtime.DNSOptions{ClusterDNS: kc.ClusterDNS, ClusterDomain: kc.ClusterDomain, ResolvConf: resolv},
+	}
+}
+
+// hostIPs are the addresses reported as pods' hostIP(s): --node-ip, or
+// the address the node would be detected with.
+func hostIPs(cfg *agentConfig) []string {
+	var out []string
+	for _, ip := range cfg.nodeIPs {
+		out = append(out, ip.String())
+	}
+	if len(out) == 0 {
+		if ip, err := utilnet.ChooseHostInterface(); err == nil {
+			out = []string{ip.String()}
+		}
+	}
+	return out
+}
+
+// runtimeConfigUpdater is the part of the runtime told the pod CIDR.
+type runtimeConfigUpdater interface {
+	UpdateRuntimeConfig(ctx context.Context, runtimeConfig *runtimeapi.RuntimeConfig) error
+}
+
+// syncPodCIDR hands the runtime the node's spec.podCIDR once it is known,
+// and again whenever it changes, as the kubelet does. It returns when ctx
+// ends.
+func syncPodCIDR(ctx context.Context, client kubernetes.Interface, rt runtimeConfigUpdater, nodeName string) error {
+	logger := klog.FromContext(ctx)
+	sent := ""
+	t := time.NewTicker(podCIDRPollPeriod)
+	defer t.Stop()
+	for {
+		node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err == nil && node.Spec.PodCIDR != "" && node.Spec.PodCIDR != sent {
+			if _, _, perr := net.ParseCIDR(node.Spec.PodCIDR); perr != nil {
+				logger.Info("Ignoring an invalid pod CIDR", "podCIDR", node.Spec.PodCIDR)
+			} else if err := rt.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: node.Spec.PodCIDR}}); err != nil {
+				logger.Info("Handing the pod CIDR to the runtime failed", "err", err.Error())
+			} else {
+				logger.Info("Handed the pod CIDR to the runtime", "podCIDR", node.Spec.PodCIDR)
+				sent = node.Spec.PodCIDR
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

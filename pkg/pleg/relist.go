@@ -1,0 +1,203 @@
+package pleg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+)
+
+// DefaultRelistPeriod is how often the runtime is relisted.
+const DefaultRelistPeriod = time.Second
+
+// Runtime is what the PLEG reads from the container runtime.
+type Runtime interface {
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	PodSandboxStatus(ctx context.Context, podSandboxID string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error)
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
+}
+
+// Config configures a PLEG.
+type Config struct {
+	// Runtime is relisted.
+	Runtime Runtime
+	// Clock stamps relists; defaults to the real clock.
+	Clock clock.WithTicker
+	// RelistPeriod defaults to DefaultRelistPeriod.
+	RelistPeriod time.Duration
+	// OnChange is called, from the relist goroutine, with every pod whose
+	// runtime state changed. It must not block.
+	OnChange func(runtime.PodRef)
+}
+
+// PLEG relists the runtime, keeps the Cache, and reports changed pods.
+type PLEG struct {
+	cfg   Config
+	cache *Cache
+	kick  chan struct{}
+	// Details read per object, reused while the object is unchanged.
+	sandboxes  map[string]sandboxEntry
+	containers map[string]containerEntry
+	relistedAt time.Time
+}
+
+type sandboxEntry struct {
+	state runtimeapi.PodSandboxState
+	st    *runtimeapi.PodSandboxStatus
+}
+
+type containerEntry struct {
+	state runtimeapi.ContainerState
+	st    *runtimeapi.ContainerStatus
+}
+
+// New builds a PLEG.
+func New(cfg Config) (*PLEG, error) {
+	if cfg.Runtime == nil {
+		return nil, errors.New("pleg: Runtime is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.RelistPeriod <= 0 {
+		cfg.RelistPeriod = DefaultRelistPeriod
+	}
+	if cfg.OnChange == nil {
+		cfg.OnChange = func(runtime.PodRef) {}
+	}
+	return &PLEG{cfg: cfg, cache: newCache(), kick: make(chan struct{}, 1),
+		sandboxes: map[string]sandboxEntry{}, containers: map[string]containerEntry{}}, nil
+}
+
+// Cache returns the pod cache the PLEG keeps.
+func (p *PLEG) Cache() *Cache { return p.cache }
+
+// RelistSoon asks for a relist now rather than at the next period.
+func (p *PLEG) RelistSoon() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Healthy reports whether a relist has completed recently, as the node's
+// readiness wants to know.
+func (p *PLEG) Healthy() (bool, time.Time) {
+	_, t := p.cache.Get("")
+	return !t.IsZero() && p.cfg.Clock.Since(t) < 3*time.Minute, t
+}
+
+// Run relists until ctx ends.
+func (p *PLEG) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("pleg")
+	ctx = klog.NewContext(ctx, logger)
+	t := p.cfg.Clock.NewTicker(p.cfg.RelistPeriod)
+	defer t.Stop()
+	for {
+		if err := p.Relist(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Relist failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		case <-p.kick:
+		}
+	}
+}
+
+// Relist reads the runtime once, updates the cache and reports changes.
+func (p *PLEG) Relist(ctx context.Context) error {
+	start := p.cfg.Clock.Now()
+	sbs, err := p.cfg.Runtime.ListPodSandbox(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("relist: %w", err)
+	}
+	cs, err := p.cfg.Runtime.ListContainers(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("relist: %w", err)
+	}
+	pods := map[types.UID]*runtime.PodStatus{}
+	podOf := func(ref runtime.PodRef) *runtime.PodStatus {
+		s, ok := pods[ref.UID]
+		if !ok {
+			s = &runtime.PodStatus{PodRef: ref}
+			pods[ref.UID] = s
+		}
+		return s
+	}
+	seenSB := map[string]sandboxEntry{}
+	for _, sb := range sbs {
+		e, ok := p.sandboxes[sb.GetId()]
+		if !ok || e.state != sb.GetState() {
+			e = sandboxEntry{state: sb.GetState()}
+			if resp, err := p.cfg.Runtime.PodSandboxStatus(ctx, sb.GetId(), false); err == nil {
+				e.st = resp.GetStatus()
+			}
+		}
+		seenSB[sb.GetId()] = e
+		if s, ref, ok := runtime.SandboxFromCRI(sb, e.st); ok {
+			podOf(ref).Sandboxes = append(podOf(ref).Sandboxes, s)
+		}
+	}
+	seenC := map[string]containerEntry{}
+	for _, c := range cs {
+		e, ok := p.containers[c.GetId()]
+		if !ok || e.state != c.GetState() || e.st == nil {
+			e = containerEntry{state: c.GetState()}
+			if resp, err := p.cfg.Runtime.ContainerStatus(ctx, c.GetId(), false); err == nil {
+				e.st = resp.GetStatus()
+			}
+		}
+		seenC[c.GetId()] = e
+		if s, ref, ok := runtime.ContainerFromCRI(c, e.st); ok {
+			podOf(ref).Containers = append(podOf(ref).Containers, s)
+		}
+	}
+	for _, s := range pods {
+		s.SortNewestFirst()
+	}
+	old := map[types.UID]*runtime.PodStatus{}
+	p.cache.mu.Lock()
+	for k, v := range p.cache.pods {
+		old[k] = v
+	}
+	p.cache.mu.Unlock()
+	p.sandboxes, p.containers = seenSB, seenC
+	p.cache.set(pods, start)
+	for uid, s := range pods {
+		if fingerprint(old[uid]) != fingerprint(s) {
+			p.cfg.OnChange(s.PodRef)
+		}
+	}
+	for uid, s := range old {
+		if _, ok := pods[uid]; !ok {
+			p.cfg.OnChange(s.PodRef)
+		}
+	}
+	return nil
+}
+
+// fingerprint summarises what a worker reacts to: the identity and state
+// of each sandbox and container.
+func fingerprint(s *runtime.PodStatus) string {
+	if s == nil {
+		return ""
+	}
+	out := ""
+	for _, sb := range s.Sandboxes {
+		out += fmt.Sprintf("s%s:%t:%v;", sb.ID, sb.Ready, sb.IPs)
+	}
+	for _, c := range s.Containers {
+		out += fmt.Sprintf("c%s:%s;", c.ID, c.State)
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package pleg
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	critesting "k8s.io/cri-api/pkg/apis/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+)
+
+func TestRelistReportsChangesAndIgnoresForeignSandboxes(t *testing.T) {
+	ctx := context.Background()
+	rt := critesting.NewFakeRuntimeService()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var changed []string
+	p, err := New(Config{Runtime: rt, Clock: clk, OnChange: func(ref runtime.PodRef) { changed = append(changed, string(ref.UID)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relist := func() []string {
+		t.Helper()
+		changed = nil
+		clk.Step(time.Second)
+		if err := p.Relist(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	ours := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u1"},
+		Labels: map[string]string{runtime.LabelPodUID: "u1", runtime.LabelPodName: "p", runtime.LabelPodNamespace: "ns"}}
+	foreign := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "x", Namespace: "ns", Uid: "x1"}}
+	sb, _ := rt.RunPodSandbox(ctx, ours, "")
+	_, _ = rt.RunPodSandbox(ctx, foreign, "")
+	if got := relist(); len(got) != 1 || got[0] != "u1" {
+		t.Fatalf("first relist reported %v, want [u1]", got)
+	}
+	if got := relist(); len(got) != 0 {
+		t.Fatalf("unchanged relist reported %v", got)
+	}
+	cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+		Labels:      map[string]string{runtime.LabelPodUID: "u1", runtime.LabelContainer: "c"},
+		Annotations: map[string]string{runtime.AnnotationRestartCount: "4"}}
+	id, _ := rt.CreateContainer(ctx, sb, cfg, ours)
+	_ = rt.StartContainer(ctx, id)
+	if got := relist(); len(got) != 1 {
+		t.Fatalf("new container reported %v, want [u1]", got)
+	}
+	st, stamp := p.Cache().Get("u1")
+	if len(st.Containers) != 1 || st.Containers[0].State != runtime.ContainerRunning || st.Containers[0].RestartCount != 4 || !stamp.Equal(clk.Now()) {
+		t.Fatalf("cache = %+v at %s", st.Containers, stamp)
+	}
+	if len(st.Sandboxes) != 1 || len(st.Sandboxes[0].IPs) == 0 {
+		t.Errorf("sandbox IPs not read: %+v", st.Sandboxes)
+	}
+	_ = rt.StopPodSandbox(ctx, sb)
+	_ = rt.RemovePodSandbox(ctx, sb)
+	_ = rt.RemoveContainer(ctx, id)
+	if got := relist(); len(got) != 1 {
+		t.Fatalf("removed pod reported %v, want [u1]", got)
+	}
+	if st, _ := p.Cache().Get("u1"); len(st.Sandboxes)+len(st.Containers) != 0 {
+		t.Errorf("removed pod still cached: %+v", st)
+	}
+}
+
+func TestGetNewerThanWaitsForAFreshRelist(t *testing.T) {
+	rt := critesting.NewFakeRuntimeService()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	p, _ := New(Config{Runtime: rt, Clock: clk})
+	_ = p.Relist(context.Background())
+	acted := clk.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.Cache().GetNewerThan(ctx, "u1", acted); err == nil {
+		t.Fatal("a relist from before the action was accepted")
+	}
+	clk.Step(time.Millisecond)
+	_ = p.Relist(context.Background())
+	if _, err := p.Cache().GetNewerThan(context.Background(), "u1", acted); err != nil {
+		t.Fatal(err)
+	}
+}

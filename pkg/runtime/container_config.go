@@ -1,0 +1,79 @@
+package runtime
+
+import (
+	"fmt"
+	"path/filepath"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ContainerLogPath is a container's log file relative to its pod's log
+// directory: <container>/<restartCount>.log, as the kubelet lays it out.
+func ContainerLogPath(name string, restartCount int32) string {
+	return filepath.Join(name, fmt.Sprintf("%d.log", restartCount))
+}
+
+// ContainerConfig translates one container of a pod into the config the
+// runtime creates it from. image is the reference the image was resolved
+// to; restartCount becomes the attempt and is recorded in an annotation
+// so that it survives an agent restart.
+func ContainerConfig(pod *v1.Pod, c *v1.Container, init bool, image string, restartCount int32) *runtimeapi.ContainerConfig {
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
+		Image:       &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: c.Image},
+		Command:     c.Command,
+		Args:        c.Args,
+		WorkingDir:  c.WorkingDir,
+		Envs:        envs(c.Env),
+		Labels:      containerLabels(pod, c.Name),
+		Annotations: containerAnnotations(pod, c, restartCount, init),
+		LogPath:     ContainerLogPath(c.Name, restartCount),
+		Stdin:       c.Stdin,
+		StdinOnce:   c.StdinOnce,
+		Tty:         c.TTY,
+		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: containerSecurity(pod, c)},
+	}
+	return cfg
+}
+
+// envs passes the plain-valued variables; valueFrom sources come with the
+// volume and downward API work.
+func envs(in []v1.EnvVar) []*runtimeapi.KeyValue {
+	var out []*runtimeapi.KeyValue
+	for _, e := range in {
+		if e.ValueFrom != nil {
+			continue
+		}
+		out = append(out, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
+	}
+	return out
+}
+
+func containerSecurity(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerSecurityContext {
+	sc := &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		if psc.RunAsUser != nil {
+			sc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
+		}
+		if psc.RunAsGroup != nil {
+			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
+		}
+		sc.SupplementalGroups = psc.SupplementalGroups
+	}
+	if csc := c.SecurityContext; csc != nil {
+		if csc.RunAsUser != nil {
+			sc.RunAsUser = &runtimeapi.Int64Value{Value: *csc.RunAsUser}
+		}
+		if csc.RunAsGroup != nil {
+			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *csc.RunAsGroup}
+		}
+		if csc.Privileged != nil {
+			sc.Privileged = *csc.Privileged
+		}
+		if csc.ReadOnlyRootFilesystem != nil {
+			sc.ReadonlyRootfs = *csc.ReadOnlyRootFilesystem
+		}
+	}
+	return sc
+}

@@ -1,0 +1,169 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The methods below have the signatures of k8s.io/cri-api's RuntimeService
+// and ImageManagerService, so that consumers can declare small interfaces
+// that both *Client and the cri-api testing fakes satisfy.
+
+// RunPodSandbox creates and starts a pod sandbox and returns its ID.
+func (c *Client) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandboxConfig, runtimeHandler string) (string, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: config, RuntimeHandler: runtimeHandler})
+	if err != nil {
+		return "", fmt.Errorf("CRI RunPodSandbox: %w", err)
+	}
+	if resp.GetPodSandboxId() == "" {
+		return "", errors.New("CRI RunPodSandbox: runtime returned no sandbox ID")
+	}
+	return resp.GetPodSandboxId(), nil
+}
+
+// StopPodSandbox stops every process of a sandbox and tears its network down.
+func (c *Client) StopPodSandbox(ctx context.Context, podSandboxID string) error {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if _, err := c.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podSandboxID}); err != nil {
+		return fmt.Errorf("CRI StopPodSandbox %s: %w", podSandboxID, err)
+	}
+	return nil
+}
+
+// RemovePodSandbox removes a sandbox and its containers.
+func (c *Client) RemovePodSandbox(ctx context.Context, podSandboxID string) error {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if _, err := c.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: podSandboxID}); err != nil {
+		return fmt.Errorf("CRI RemovePodSandbox %s: %w", podSandboxID, err)
+	}
+	return nil
+}
+
+// PodSandboxStatus returns the status of one sandbox.
+func (c *Client) PodSandboxStatus(ctx context.Context, podSandboxID string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: podSandboxID, Verbose: verbose})
+	if err != nil {
+		return nil, fmt.Errorf("CRI PodSandboxStatus %s: %w", podSandboxID, err)
+	}
+	return resp, nil
+}
+
+// ListPodSandbox lists sandboxes matching filter (nil: all).
+func (c *Client) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter})
+	if err != nil {
+		return nil, c.explain("CRI ListPodSandbox", err)
+	}
+	return resp.GetItems(), nil
+}
+
+// CreateContainer creates a container in a sandbox and returns its ID.
+func (c *Client) CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podSandboxID, Config: config, SandboxConfig: sandboxConfig})
+	if err != nil {
+		return "", fmt.Errorf("CRI CreateContainer: %w", err)
+	}
+	if resp.GetContainerId() == "" {
+		return "", errors.New("CRI CreateContainer: runtime returned no container ID")
+	}
+	return resp.GetContainerId(), nil
+}
+
+// StartContainer starts a created container.
+func (c *Client) StartContainer(ctx context.Context, containerID string) error {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if _, err := c.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: containerID}); err != nil {
+		return fmt.Errorf("CRI StartContainer %s: %w", containerID, err)
+	}
+	return nil
+}
+
+// StopContainer sends the stop signal, waits up to timeout seconds, then
+// kills the container. The call itself may take that long, so its own
+// deadline is the grace period plus the usual call timeout.
+func (c *Client) StopContainer(ctx context.Context, containerID string, timeout int64) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+secondsDuration(timeout))
+	defer cancel()
+	if _, err := c.rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: containerID, Timeout: timeout}); err != nil {
+		return fmt.Errorf("CRI StopContainer %s: %w", containerID, err)
+	}
+	return nil
+}
+
+// RemoveContainer removes a container; a running one is killed first.
+func (c *Client) RemoveContainer(ctx context.Context, containerID string) error {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if _, err := c.rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: containerID}); err != nil {
+		return fmt.Errorf("CRI RemoveContainer %s: %w", containerID, err)
+	}
+	return nil
+}
+
+// ListContainers lists containers matching filter (nil: all).
+func (c *Client) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter})
+	if err != nil {
+		return nil, c.explain("CRI ListContainers", err)
+	}
+	return resp.GetContainers(), nil
+}
+
+// ContainerStatus returns the status of one container.
+func (c *Client) ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: containerID, Verbose: verbose})
+	if err != nil {
+		return nil, fmt.Errorf("CRI ContainerStatus %s: %w", containerID, err)
+	}
+	return resp, nil
+}
+
+// UpdateRuntimeConfig hands the runtime the node's pod CIDR.
+func (c *Client) UpdateRuntimeConfig(ctx context.Context, runtimeConfig *runtimeapi.RuntimeConfig) error {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if _, err := c.rt.UpdateRuntimeConfig(ctx, &runtimeapi.UpdateRuntimeConfigRequest{RuntimeConfig: runtimeConfig}); err != nil {
+		return fmt.Errorf("CRI UpdateRuntimeConfig: %w", err)
+	}
+	return nil
+}
+
+// ImageStatus returns the image's status; Image is nil when it is absent.
+func (c *Client) ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: image, Verbose: verbose})
+	if err != nil {
+		return nil, fmt.Errorf("CRI ImageStatus %s: %w", image.GetImage(), err)
+	}
+	return resp, nil
+}
+
+// PullImage pulls an image with optional credentials and returns its reference.
+func (c *Client) PullImage(ctx context.Context, image *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, podSandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: image, Auth: auth, SandboxConfig: podSandboxConfig})
+	if err != nil {
+		return "", fmt.Errorf("CRI PullImage %s: %w", image.GetImage(), err)
+	}
+	return resp.GetImageRef(), nil
+}

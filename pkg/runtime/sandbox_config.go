@@ -1,0 +1,134 @@
+package runtime
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// maxHostnameLen is the longest hostname a sandbox may get (a DNS label).
+const maxHostnameLen = 63
+
+// PodOptions are the node-wide settings that shape every pod's sandbox.
+type PodOptions struct {
+	// PodLogsDir is the root of the pod log directories (podLogsDir).
+	PodLogsDir string
+	// CgroupParent is the cgroup every pod's sandbox is placed under.
+	CgroupParent string
+	// DNS is the cluster and host DNS configuration.
+	DNS DNSOptions
+}
+
+// PodLogDir is the pod's log directory: <podLogsDir>/<ns>_<name>_<uid>,
+// the layout the kubelet uses and log collectors expect.
+func PodLogDir(podLogsDir string, pod *v1.Pod) string {
+	return filepath.Join(podLogsDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+}
+
+// SandboxConfig translates a pod into the sandbox the runtime creates.
+func SandboxConfig(pod *v1.Pod, attempt uint32, opts PodOptions) (*runtimeapi.PodSandboxConfig, error) {
+	dns, err := DNSConfig(pod, opts.DNS)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{
+			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
+		},
+		Hostname:     podHostname(pod),
+		LogDirectory: PodLogDir(opts.PodLogsDir, pod),
+		DnsConfig:    dns,
+		PortMappings: portMappings(pod),
+		Labels:       sandboxLabels(pod),
+		Annotations:  copyMap(pod.Annotations),
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent: opts.CgroupParent,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: namespaceOptions(pod),
+			},
+		},
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		lsc := cfg.Linux.SecurityContext
+		if sc.RunAsUser != nil {
+			lsc.RunAsUser = &runtimeapi.Int64Value{Value: *sc.RunAsUser}
+		}
+		if sc.RunAsGroup != nil {
+			lsc.RunAsGroup = &runtimeapi.Int64Value{Value: *sc.RunAsGroup}
+		}
+		lsc.SupplementalGroups = sc.SupplementalGroups
+	}
+	return cfg, nil
+}
+
+// podHostname is the pod's hostname: spec.hostname or the pod name,
+// truncated to a DNS label. Host-network pods get none: they share the
+// host's UTS namespace and its name.
+func podHostname(pod *v1.Pod) string {
+	if pod.Spec.HostNetwork {
+		return ""
+	}
+	h := pod.Name
+	if pod.Spec.Hostname != "" {
+		h = pod.Spec.Hostname
+	}
+	if len(h) > maxHostnameLen {
+		h = strings.TrimRight(h[:maxHostnameLen], "-.")
+	}
+	return h
+}
+
+func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
+	ns := &runtimeapi.NamespaceOption{
+		Network: runtimeapi.NamespaceMode_POD,
+		Pid:     runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:     runtimeapi.NamespaceMode_POD,
+	}
+	if pod.Spec.HostNetwork {
+		ns.Network = runtimeapi.NamespaceMode_NODE
+	}
+	if pod.Spec.HostIPC {
+		ns.Ipc = runtimeapi.NamespaceMode_NODE
+	}
+	switch {
+	case pod.Spec.HostPID:
+		ns.Pid = runtimeapi.NamespaceMode_NODE
+	case pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace:
+		ns.Pid = runtimeapi.NamespaceMode_POD
+	}
+	return ns
+}
+
+func portMappings(pod *v1.Pod) []*runtimeapi.PortMapping {
+	var out []*runtimeapi.PortMapping
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			proto := runtimeapi.Protocol_TCP
+			switch p.Protocol {
+			case v1.ProtocolUDP:
+				proto = runtimeapi.Protocol_UDP
+			case v1.ProtocolSCTP:
+				proto = runtimeapi.Protocol_SCTP
+			}
+			hostPort := p.HostPort
+			if pod.Spec.HostNetwork && hostPort == 0 {
+				hostPort = p.ContainerPort
+			}
+			out = append(out, &runtimeapi.PortMapping{
+				Protocol: proto, ContainerPort: p.ContainerPort, HostPort: hostPort, HostIp: p.HostIP,
+			})
+		}
+	}
+	return out
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,243 @@
+// Package status computes a pod's v1.PodStatus from its spec and what the
+// runtime shows, and writes it to the apiserver.
+package status
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+)
+
+// Waiting is why a container is not running, as the last sync found it
+// (CrashLoopBackOff, ErrImagePull, …); the runtime cannot tell these.
+type Waiting struct {
+	Reason  string
+	Message string
+}
+
+// Input is everything a pod's status is computed from.
+type Input struct {
+	// Pod is the desired pod; its status is the last one the apiserver had.
+	Pod *v1.Pod
+	// Observed is the runtime's state of the pod.
+	Observed *runtime.PodStatus
+	// Waiting holds the sync's reasons by container name.
+	Waiting map[string]Waiting
+	// Terminal is set once the agent has stopped the pod for good: every
+	// container is then reported as it ended, and the phase is final.
+	Terminal bool
+	// NodeIPs are the node's addresses, for hostIP(s) and host-network pods.
+	NodeIPs []string
+	// RuntimeName prefixes container IDs ("containerd://…").
+	RuntimeName string
+	// Now stamps transitions and the start time.
+	Now time.Time
+}
+
+// Condition reasons the agent sets, as the kubelet names them.
+const (
+	ReasonContainersNotInitialized = "ContainersNotInitialized"
+	ReasonContainersNotReady       = "ContainersNotReady"
+	ReasonPodCompleted             = "PodCompleted"
+	ReasonContainerCreating        = "ContainerCreating"
+	ReasonPodInitializing          = "PodInitializing"
+)
+
+// Compute returns the pod's status. It is a pure function of in.
+func Compute(in Input) v1.PodStatus {
+	pod := in.Pod
+	old := pod.Status
+	st := v1.PodStatus{
+		QOSClass:           QOSClass(pod),
+		ObservedGeneration: pod.Generation,
+		StartTime:          old.StartTime,
+	}
+	if st.StartTime == nil {
+		t := metav1.NewTime(in.Now)
+		st.StartTime = &t
+	}
+	if len(in.NodeIPs) > 0 {
+		st.HostIP = in.NodeIPs[0]
+		for _, ip := range in.NodeIPs {
+			st.HostIPs = append(st.HostIPs, v1.HostIP{IP: ip})
+		}
+	}
+	st.PodIP, st.PodIPs = podIPs(pod, in)
+
+	hasInit := len(pod.Spec.InitContainers) > 0
+	defaultWaiting := ReasonContainerCreating
+	if hasInit {
+		defaultWaiting = ReasonPodInitializing
+	}
+	for i := range pod.Spec.InitContainers {
+		st.InitContainerStatuses = append(st.InitContainerStatuses,
+			containerStatus(&pod.Spec.InitContainers[i], true, defaultWaiting, in))
+	}
+	for i := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses,
+			containerStatus(&pod.Spec.Containers[i], false, defaultWaiting, in))
+	}
+	st.Phase = Phase(pod, st.InitContainerStatuses, st.ContainerStatuses, in.Terminal)
+	if old.Phase == v1.PodSucceeded || old.Phase == v1.PodFailed {
+		st.Phase = old.Phase
+	}
+	st.Conditions = conditions(pod, &st, in)
+	return st
+}
+
+func podIPs(pod *v1.Pod, in Input) (string, []v1.PodIP) {
+	var ips []string
+	if pod.Spec.HostNetwork {
+		ips = in.NodeIPs
+	} else if sb := in.Observed.LatestSandbox(); sb != nil {
+		ips = sb.IPs
+	}
+	if len(ips) == 0 {
+		return pod.Status.PodIP, pod.Status.PodIPs
+	}
+	out := make([]v1.PodIP, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, v1.PodIP{IP: ip})
+	}
+	return ips[0], out
+}
+
+func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input) v1.ContainerStatus {
+	cs := v1.ContainerStatus{Name: c.Name, Image: c.Image,
+		State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: defaultWaiting}}}
+	var seen []*runtime.ContainerStatus
+	for _, o := range in.Observed.ContainersNamed(c.Name) {
+		if o.Init == init {
+			seen = append(seen, o)
+		}
+	}
+	if len(seen) > 0 {
+		latest := seen[0]
+		cs.ContainerID = in.RuntimeName + "://" + latest.ID
+		cs.ImageID = latest.ImageRef
+		if latest.Image != "" {
+			cs.Image = latest.Image
+		}
+		cs.RestartCount = latest.RestartCount
+		cs.State = containerState(latest)
+		if len(seen) > 1 {
+			cs.LastTerminationState = containerState(seen[1])
+		}
+		if cs.State.Running != nil {
+			started := true
+			cs.Started = &started
+			cs.Ready = !init
+		} else {
+			started := false
+			cs.Started = &started
+		}
+		if init && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
+			cs.Ready = true
+		}
+	}
+	if len(seen) == 0 && in.Terminal {
+		// Never started, and never will: the pod has ended.
+		cs.State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+			ExitCode: 137, Reason: "ContainerStatusUnknown",
+			Message: "The container could not be located when the pod was terminated",
+		}}
+	}
+	if w, ok := in.Waiting[c.Name]; ok && cs.State.Running == nil && !in.Terminal {
+		if cs.State.Terminated != nil {
+			cs.LastTerminationState = cs.State
+		}
+		cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}}
+	}
+	return cs
+}
+
+func containerState(o *runtime.ContainerStatus) v1.ContainerState {
+	switch o.State {
+	case runtime.ContainerRunning:
+		return v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(o.StartedAt)}}
+	case runtime.ContainerExited, runtime.ContainerUnknown:
+		reason := o.Reason
+		if reason == "" {
+			reason = "Error"
+			if o.ExitCode == 0 {
+				reason = "Completed"
+			}
+		}
+		if o.State == runtime.ContainerUnknown {
+			reason = "ContainerStatusUnknown"
+		}
+		return v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+			ExitCode: o.ExitCode, Reason: reason, Message: o.Message,
+			StartedAt: timeOrZero(o.StartedAt), FinishedAt: timeOrZero(o.FinishedAt),
+			ContainerID: "",
+		}}
+	default:
+		return v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}}
+	}
+}
+
+func timeOrZero(t time.Time) metav1.Time {
+	if t.IsZero() {
+		return metav1.Time{}
+	}
+	return metav1.NewTime(t)
+}
+
+// conditions computes the conditions the agent owns, in the kubelet's
+// order; the manager keeps the others (PodScheduled, …) from the apiserver.
+func conditions(pod *v1.Pod, st *v1.PodStatus, in Input) []v1.PodCondition {
+	now := metav1.NewTime(in.Now)
+	mk := func(t v1.PodConditionType, ok bool, reason, msg string) v1.PodCondition {
+		c := v1.PodCondition{Type: t, Status: v1.ConditionFalse, Reason: reason, Message: msg,
+			LastTransitionTime: now, ObservedGeneration: pod.Generation}
+		if ok {
+			c.Status, c.Reason, c.Message = v1.ConditionTrue, "", ""
+		}
+		for _, oc := range pod.Status.Conditions {
+			if oc.Type == t && oc.Status == c.Status {
+				c.LastTransitionTime = oc.LastTransitionTime
+			}
+		}
+		return c
+	}
+	sb := in.Observed.LatestSandbox()
+	sandboxReady := sb != nil && sb.Ready && !in.Terminal
+	var notInit, notReady []string
+	for _, cs := range st.InitContainerStatuses {
+		if t := cs.State.Terminated; t == nil || t.ExitCode != 0 {
+			notInit = append(notInit, cs.Name)
+		}
+	}
+	for _, cs := range st.ContainerStatuses {
+		if !cs.Ready {
+			notReady = append(notReady, cs.Name)
+		}
+	}
+	initReason, initMsg := "", ""
+	if len(notInit) > 0 {
+		initReason = ReasonContainersNotInitialized
+		initMsg = fmt.Sprintf("containers with incomplete status: [%s]", strings.Join(notInit, " "))
+	}
+	readyReason, readyMsg := "", ""
+	if len(notReady) > 0 {
+		readyReason = ReasonContainersNotReady
+		readyMsg = fmt.Sprintf("containers with unready status: [%s]", strings.Join(notReady, " "))
+	}
+	if st.Phase == v1.PodSucceeded {
+		readyReason, readyMsg = ReasonPodCompleted, ""
+		if len(notInit) > 0 {
+			initReason, initMsg = ReasonPodCompleted, ""
+		}
+	}
+	return []v1.PodCondition{
+		mk(v1.PodReadyToStartContainers, sandboxReady, "", ""),
+		mk(v1.PodInitialized, len(notInit) == 0, initReason, initMsg),
+		mk(v1.PodReady, len(notReady) == 0, readyReason, readyMsg),
+		mk(v1.ContainersReady, len(notReady) == 0, readyReason, readyMsg),
+	}
+}

@@ -1,0 +1,239 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Retry bounds for a failed status write.
+const (
+	retryInitial = 500 * time.Millisecond
+	retryMax     = 30 * time.Second
+	// parallelWrites bounds the writes in flight, so that many pods
+	// starting at once all get their status out promptly.
+	parallelWrites = 8
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Client writes pods/status and confirms deletions.
+	Client kubernetes.Interface
+	// Clock times retries; defaults to the real clock.
+	Clock clock.WithTicker
+}
+
+// Manager is the one writer of pod statuses. Callers hand it the latest
+// status of a pod; it coalesces, writes it as a patch with the pod UID as
+// precondition, retries on failure, and never reverts a terminal phase.
+type Manager struct {
+	cfg  Config
+	mu   sync.Mutex
+	pods map[types.UID]*entry
+	wake chan struct{}
+}
+
+type entry struct {
+	namespace, name string
+	uid             types.UID
+	status          v1.PodStatus
+	version         uint64 // bumped by every Set
+	written         uint64 // version last written
+	deleteWhenDone  bool
+	retryAt         time.Time
+	backoff         time.Duration
+}
+
+// NewManager builds a Manager.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("status: Client is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Manager{cfg: cfg, pods: map[types.UID]*entry{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// Set records the pod's latest status to be written. It never blocks.
+func (m *Manager) Set(pod *v1.Pod, st v1.PodStatus) {
+	m.set(pod, st, false)
+}
+
+// SetFinal records the pod's final status; once written, the pod object
+// is deleted (grace 0, UID precondition) if it is being deleted.
+func (m *Manager) SetFinal(pod *v1.Pod, st v1.PodStatus) {
+	m.set(pod, st, pod.DeletionTimestamp != nil)
+}
+
+func (m *Manager) set(pod *v1.Pod, st v1.PodStatus, del bool) {
+	m.mu.Lock()
+	e, ok := m.pods[pod.UID]
+	if !ok {
+		e = &entry{namespace: pod.Namespace, name: pod.Name, uid: pod.UID}
+		m.pods[pod.UID] = e
+	} else if e.version == e.written && !del && !e.deleteWhenDone && apiequality.Semantic.DeepEqual(e.status, st) {
+		// Already written: nothing new to say.
+		m.mu.Unlock()
+		return
+	}
+	e.status = *st.DeepCopy()
+	e.version++
+	e.deleteWhenDone = e.deleteWhenDone || del
+	e.retryAt = time.Time{}
+	m.mu.Unlock()
+	m.poke()
+}
+
+// Forget drops a pod the agent is done with.
+func (m *Manager) Forget(uid types.UID) {
+	m.mu.Lock()
+	delete(m.pods, uid)
+	m.mu.Unlock()
+}
+
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run writes statuses until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("status")
+	ctx = klog.NewContext(ctx, logger)
+	t := m.cfg.Clock.NewTicker(retryInitial)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.wake:
+		case <-t.C():
+		}
+		m.writeDue(ctx)
+	}
+}
+
+// writeDue writes every status that changed since its last write and is
+// not waiting out a retry back-off.
+func (m *Manager) writeDue(ctx context.Context) {
+	type job struct {
+		e       *entry
+		st      v1.PodStatus
+		version uint64
+		del     bool
+	}
+	now := m.cfg.Clock.Now()
+	var jobs []job
+	m.mu.Lock()
+	for _, e := range m.pods {
+		if e.version != e.written && !now.Before(e.retryAt) {
+			jobs = append(jobs, job{e: e, st: *e.status.DeepCopy(), version: e.version, del: e.deleteWhenDone})
+		}
+	}
+	m.mu.Unlock()
+	sem := make(chan struct{}, parallelWrites)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := m.write(ctx, j.e.namespace, j.e.name, j.e.uid, j.st, j.del)
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if err != nil {
+				klog.FromContext(ctx).Info("Status write failed, will retry", "pod", klog.KRef(j.e.namespace, j.e.name), "err", err.Error())
+				j.e.backoff = min(max(2*j.e.backoff, retryInitial), retryMax)
+				j.e.retryAt = m.cfg.Clock.Now().Add(j.e.backoff)
+				return
+			}
+			j.e.backoff = 0
+			if j.e.written < j.version {
+				j.e.written = j.version
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// errGone means the pod object is gone or was replaced: nothing to write.
+var errGone = errors.New("pod is gone")
+
+func (m *Manager) write(ctx context.Context, ns, name string, uid types.UID, st v1.PodStatus, del bool) error {
+	pods := m.cfg.Client.CoreV1().Pods(ns)
+	cur, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
+		m.Forget(uid)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get pod: %w", err)
+	}
+	merged := Merge(cur.Status, st)
+	patch, err := statusPatch(uid, cur.Status, merged)
+	if err != nil {
+		return err
+	}
+	if string(patch) != "{}" {
+		if _, err := pods.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			if apierrors.IsNotFound(err) {
+				m.Forget(uid)
+				return nil
+			}
+			return fmt.Errorf("patch status: %w", err)
+		}
+		klog.FromContext(ctx).V(3).Info("Wrote pod status", "pod", klog.KRef(ns, name), "phase", merged.Phase)
+	}
+	if del {
+		grace := int64(0)
+		err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("confirm delete: %w", err)
+		}
+		klog.FromContext(ctx).V(2).Info("Pod deleted", "pod", klog.KRef(ns, name), "podUID", uid)
+		m.Forget(uid)
+	}
+	return nil
+}
+
+// statusPatch is a strategic merge patch from old to st that also carries
+// the pod UID, so the apiserver refuses it for a replaced pod.
+func statusPatch(uid types.UID, old, st v1.PodStatus) ([]byte, error) {
+	oldJSON, err := json.Marshal(v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}, Status: old})
+	if err != nil {
+		return nil, err
+	}
+	newJSON, err := json.Marshal(v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}, Status: st})
+	if err != nil {
+		return nil, err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, v1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("status patch: %w", err)
+	}
+	if string(patch) == "{}" {
+		return patch, nil
+	}
+	var p map[string]any
+	if err := json.Unmarshal(patch, &p); err != nil {
+		return nil, err
+	}
+	p["metadata"] = map[string]any{"uid": string(uid)}
+	return json.Marshal(p)
+}

@@ -1,0 +1,54 @@
+package status
+
+import (
+	v1 "k8s.io/api/core/v1"
+)
+
+// owned are the conditions the agent computes; others (PodScheduled,
+// DisruptionTarget, readiness gates) belong to someone else and are kept.
+var owned = map[v1.PodConditionType]bool{
+	v1.PodReadyToStartContainers: true,
+	v1.PodInitialized:            true,
+	v1.PodReady:                  true,
+	v1.ContainersReady:           true,
+}
+
+// Merge combines the apiserver's current status with the agent's newly
+// computed one: foreign conditions are kept, unchanged conditions keep
+// their transition time, and a terminal phase is never reverted — nor is
+// a terminated container of a pod that has ended.
+func Merge(cur, st v1.PodStatus) v1.PodStatus {
+	out := *st.DeepCopy()
+	curConds := map[v1.PodConditionType]v1.PodCondition{}
+	for _, c := range cur.Conditions {
+		curConds[c.Type] = c
+	}
+	for i := range out.Conditions {
+		if c, ok := curConds[out.Conditions[i].Type]; ok && c.Status == out.Conditions[i].Status {
+			out.Conditions[i].LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	for _, c := range cur.Conditions {
+		if !owned[c.Type] {
+			out.Conditions = append(out.Conditions, c)
+		}
+	}
+	if cur.StartTime != nil {
+		out.StartTime = cur.StartTime
+	}
+	if isTerminal(cur.Phase) {
+		if !isTerminal(out.Phase) {
+			return cur
+		}
+		out.Phase = cur.Phase
+	}
+	if out.NominatedNodeName == "" {
+		out.NominatedNodeName = cur.NominatedNodeName
+	}
+	if out.Message == "" && out.Reason == "" {
+		out.Message, out.Reason = cur.Message, cur.Reason
+	}
+	return out
+}
+
+func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }

@@ -1,0 +1,105 @@
+package status
+
+import (
+	v1 "k8s.io/api/core/v1"
+)
+
+// Phase derives the pod phase from its container statuses. terminal says
+// the agent has stopped the pod for good (deleted, or nothing more will
+// run): a pod that would otherwise restart its containers then ends.
+func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, terminal bool) v1.PodPhase {
+	policy := pod.Spec.RestartPolicy
+	for _, cs := range initStatuses {
+		t := cs.State.Terminated
+		if cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil {
+			t = cs.LastTerminationState.Terminated
+		}
+		if t != nil && t.ExitCode != 0 && (policy == v1.RestartPolicyNever || terminal) {
+			return v1.PodFailed
+		}
+		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			if terminal {
+				return v1.PodFailed
+			}
+			return v1.PodPending
+		}
+	}
+	var running, waiting, stopped, succeeded int
+	for _, cs := range statuses {
+		switch {
+		case cs.State.Running != nil:
+			running++
+		case cs.State.Terminated != nil:
+			stopped++
+			if cs.State.Terminated.ExitCode == 0 {
+				succeeded++
+			}
+		case cs.State.Waiting != nil:
+			if lt := cs.LastTerminationState.Terminated; lt != nil {
+				stopped++
+				if lt.ExitCode == 0 {
+					succeeded++
+				}
+			} else {
+				waiting++
+			}
+		}
+	}
+	switch {
+	case terminal && running == 0:
+		if stopped > 0 && stopped == succeeded && waiting == 0 {
+			return v1.PodSucceeded
+		}
+		return v1.PodFailed
+	case waiting > 0:
+		return v1.PodPending
+	case running > 0:
+		return v1.PodRunning
+	case stopped > 0:
+		switch policy {
+		case v1.RestartPolicyAlways:
+			return v1.PodRunning
+		case v1.RestartPolicyOnFailure:
+			if stopped == succeeded {
+				return v1.PodSucceeded
+			}
+			return v1.PodRunning
+		default:
+			if stopped == succeeded {
+				return v1.PodSucceeded
+			}
+			return v1.PodFailed
+		}
+	}
+	return v1.PodPending
+}
+
+// QOSClass is the pod's quality-of-service class from its requests and
+// limits of cpu and memory.
+func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	var all []v1.Container
+	all = append(all, pod.Spec.InitContainers...)
+	all = append(all, pod.Spec.Containers...)
+	any, guaranteed := false, true
+	for _, c := range all {
+		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[r]
+			lim, hasLim := c.Resources.Limits[r]
+			if (hasReq && !req.IsZero()) || (hasLim && !lim.IsZero()) {
+				any = true
+			}
+			if !hasLim || lim.IsZero() {
+				guaranteed = false
+			} else if hasReq && req.Cmp(lim) != 0 {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case !any:
+		return v1.PodQOSBestEffort
+	case guaranteed:
+		return v1.PodQOSGuaranteed
+	}
+	return v1.PodQOSBurstable
+}

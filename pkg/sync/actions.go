@@ -1,0 +1,197 @@
+// Package sync runs pods: one worker goroutine per pod decides, from the
+// pod's spec and what the runtime shows, what to start and what to kill,
+// and does it.
+package sync
+
+import (
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+)
+
+// deadContainersKept is how many containers of one name are kept: the
+// current one and the previous one, whose end is the lastState users see.
+const deadContainersKept = 2
+
+// podActions is what one sync of a pod has to do, in order.
+type podActions struct {
+	// KillPod stops every container and sandbox before anything else: the
+	// sandbox is gone or broken and a new one replaces it.
+	KillPod bool
+	// CreateSandbox asks for a new sandbox with SandboxAttempt.
+	CreateSandbox  bool
+	SandboxAttempt uint32
+	// SandboxID is the ready sandbox containers are started in.
+	SandboxID string
+	// NextInit is the index of the init container to start, or -1.
+	NextInit int
+	// ContainersToStart are indexes into spec.containers.
+	ContainersToStart []int
+	// ContainersToRemove are dead containers past those worth keeping.
+	ContainersToRemove []string
+	// Done is set when nothing will run again: every container has ended
+	// for good under the restart policy, or an init container failed with
+	// restartPolicy Never. The pod is then stopped and its status final.
+	Done bool
+}
+
+// computePodActions decides what to do with a pod given what the runtime
+// shows of it. It is pure: the same inputs always yield the same plan.
+func computePodActions(pod *v1.Pod, observed *runtime.PodStatus) podActions {
+	a := podActions{NextInit: -1}
+	a.ContainersToRemove = prunable(observed)
+	sb := observed.LatestSandbox()
+	sandboxOK := sb != nil && sb.Ready && readySandboxes(observed) == 1
+	if !sandboxOK {
+		if sb != nil {
+			a.SandboxAttempt = sb.Attempt + 1
+		}
+		// A pod that never restarts does not get a second sandbox once
+		// its containers have run: it is over.
+		if pod.Spec.RestartPolicy == v1.RestartPolicyNever && sb != nil && len(observed.Containers) > 0 {
+			a.KillPod, a.Done = true, true
+			return a
+		}
+		a.KillPod = sb != nil || len(observed.Containers) > 0
+		a.CreateSandbox = true
+		if len(pod.Spec.InitContainers) > 0 {
+			a.NextInit = 0
+			return a
+		}
+		for i := range pod.Spec.Containers {
+			if !succeededOnFailure(pod, observed, pod.Spec.Containers[i].Name) {
+				a.ContainersToStart = append(a.ContainersToStart, i)
+			}
+		}
+		return a
+	}
+	a.SandboxID = sb.ID
+
+	next, initDone, initFailed := nextInitContainer(pod, observed, sb.ID)
+	if initFailed {
+		a.KillPod, a.Done = true, true
+		return a
+	}
+	if !initDone {
+		a.NextInit = next
+		return a
+	}
+
+	anyRunning, anyToStart := false, false
+	for i := range pod.Spec.Containers {
+		c := latestIn(observed, pod.Spec.Containers[i].Name, false, sb.ID)
+		switch {
+		case c == nil:
+			anyToStart = true
+			a.ContainersToStart = append(a.ContainersToStart, i)
+		case c.State == runtime.ContainerRunning:
+			anyRunning = true
+		case shouldRestart(pod, c):
+			anyToStart = true
+			a.ContainersToStart = append(a.ContainersToStart, i)
+		}
+	}
+	if !anyRunning && !anyToStart {
+		a.Done = true
+		a.KillPod = true
+	}
+	return a
+}
+
+// nextInitContainer finds the init container to run next in the current
+// sandbox: the first one that has not succeeded. It reports whether all
+// have succeeded, and whether one failed for good (restartPolicy Never).
+// A running or just-created init container means wait: next is -1.
+func nextInitContainer(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string) (next int, done, failed bool) {
+	for i := range pod.Spec.InitContainers {
+		c := latestIn(observed, pod.Spec.InitContainers[i].Name, true, sandboxID)
+		switch {
+		case c == nil:
+			return i, false, false
+		case c.State == runtime.ContainerRunning:
+			return -1, false, false
+		case c.State == runtime.ContainerExited && c.ExitCode == 0:
+			continue
+		case pod.Spec.RestartPolicy == v1.RestartPolicyNever && c.State == runtime.ContainerExited:
+			return -1, false, true
+		default:
+			return i, false, false
+		}
+	}
+	return -1, true, false
+}
+
+// shouldRestart says whether an app container that is not running is to
+// be started again under the pod's restart policy.
+func shouldRestart(pod *v1.Pod, c *runtime.ContainerStatus) bool {
+	if c.State == runtime.ContainerCreated || c.State == runtime.ContainerUnknown {
+		// It never ran (a failed start) or the runtime lost track: retry,
+		// unless the pod never restarts and it did run.
+		return pod.Spec.RestartPolicy != v1.RestartPolicyNever || c.StartedAt.IsZero()
+	}
+	switch pod.Spec.RestartPolicy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return c.ExitCode != 0
+	default:
+		return true
+	}
+}
+
+// succeededOnFailure: with restartPolicy OnFailure, a container that
+// already succeeded is not run again in a new sandbox.
+func succeededOnFailure(pod *v1.Pod, observed *runtime.PodStatus, name string) bool {
+	if pod.Spec.RestartPolicy != v1.RestartPolicyOnFailure {
+		return false
+	}
+	c := latestOf(observed, name, false)
+	return c != nil && c.State == runtime.ContainerExited && c.ExitCode == 0
+}
+
+func readySandboxes(observed *runtime.PodStatus) int {
+	n := 0
+	for _, sb := range observed.Sandboxes {
+		if sb.Ready {
+			n++
+		}
+	}
+	return n
+}
+
+// latestOf is the newest container of a name and kind in any sandbox.
+func latestOf(observed *runtime.PodStatus, name string, init bool) *runtime.ContainerStatus {
+	for _, c := range observed.ContainersNamed(name) {
+		if c.Init == init {
+			return c
+		}
+	}
+	return nil
+}
+
+// latestIn is the newest container of a name and kind in one sandbox.
+func latestIn(observed *runtime.PodStatus, name string, init bool, sandboxID string) *runtime.ContainerStatus {
+	for _, c := range observed.ContainersNamed(name) {
+		if c.Init == init && c.SandboxID == sandboxID {
+			return c
+		}
+	}
+	return nil
+}
+
+// prunable lists dead containers beyond the newest few of each name.
+func prunable(observed *runtime.PodStatus) []string {
+	seen := map[string]int{}
+	var out []string
+	for _, c := range observed.Containers {
+		key := c.Name
+		if c.Init {
+			key = "init:" + key
+		}
+		seen[key]++
+		if seen[key] > deadContainersKept && c.State == runtime.ContainerExited {
+			out = append(out, c.ID)
+		}
+	}
+	return out
+}

@@ -1,0 +1,56 @@
+package sync
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+)
+
+// Runtime is what workers do to the container runtime.
+type Runtime interface {
+	RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandboxConfig, runtimeHandler string) (string, error)
+	StopPodSandbox(ctx context.Context, podSandboxID string) error
+	RemovePodSandbox(ctx context.Context, podSandboxID string) error
+	CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error)
+	StartContainer(ctx context.Context, containerID string) error
+	StopContainer(ctx context.Context, containerID string, timeout int64) error
+	RemoveContainer(ctx context.Context, containerID string) error
+}
+
+// Images is how workers find and pull images.
+type Images interface {
+	ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error)
+	PullImage(ctx context.Context, image *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, podSandboxConfig *runtimeapi.PodSandboxConfig) (string, error)
+}
+
+// PodCache is the observed runtime state, kept by the PLEG.
+type PodCache interface {
+	GetNewerThan(ctx context.Context, uid types.UID, t time.Time) (*runtime.PodStatus, error)
+}
+
+// Relister is asked for a prompt relist after a worker has acted.
+type Relister interface {
+	RelistSoon()
+}
+
+// StatusWriter takes pod statuses to write to the apiserver.
+type StatusWriter interface {
+	Set(pod *v1.Pod, st v1.PodStatus)
+	SetFinal(pod *v1.Pod, st v1.PodStatus)
+}
+
+// Recorder records Kubernetes events (client-go's record.EventRecorder).
+type Recorder interface {
+	Eventf(object kruntime.Object, eventtype, reason, messageFmt string, args ...interface{})
+}
+
+// SecretGetter reads image pull secrets.
+type SecretGetter interface {
+	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+}

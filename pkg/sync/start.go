@@ -1,0 +1,212 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/status"
+)
+
+// Event reasons, as the kubelet names them.
+const (
+	eventCreated        = "Created"
+	eventStarted        = "Started"
+	eventFailed         = "Failed"
+	eventBackOff        = "BackOff"
+	eventKilling        = "Killing"
+	eventPulling        = "Pulling"
+	eventPulled         = "Pulled"
+	eventSandboxFailed  = "FailedCreatePodSandBox"
+	reasonCrashLoop     = "CrashLoopBackOff"
+	reasonCreateError   = "CreateContainerError"
+	reasonStartError    = "RunContainerError"
+	reasonConfigError   = "CreateContainerConfigError"
+	podDirMode          = 0o750
+	logDirMode          = 0o755
+	podDirVolumes       = "volumes"
+	podDirPlugins       = "plugins"
+	podDirContainerData = "containers"
+)
+
+// syncPod is one pass of a running pod, in the order the kubelet's
+// SyncPod tells it: pod directories, sandbox, then either the next init
+// container or the app containers, each with its image. It reports when
+// to look again and whether the pod has ended.
+func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) (time.Duration, bool) {
+	logger := klog.FromContext(ctx)
+	plan := computePodActions(pod, observed)
+	if plan.Done {
+		return 0, true
+	}
+	next := w.d.cfg.ResyncPeriod
+	defer func() { w.d.cfg.Status.Set(pod, w.computeStatus(pod, observed, false)) }()
+	// Whatever this pass does to the runtime, the next one must see all
+	// of it: a relist taken halfway (a container created, not yet
+	// started) would make it act twice.
+	w.changed = false
+	defer func() {
+		if w.changed {
+			w.acted()
+		}
+	}()
+
+	if err := w.step(ctx, "podDirs", func() error { return w.makePodDirs(pod) }); err != nil {
+		return time.Second, false
+	}
+	if plan.KillPod {
+		if err := w.killPod(ctx, pod, observed, gracePeriod(pod)); err != nil {
+			logger.Error(err, "Stopping the pod before recreating its sandbox failed")
+			return time.Second, false
+		}
+	}
+	for _, id := range plan.ContainersToRemove {
+		w.changed = true
+		if err := w.d.cfg.Runtime.RemoveContainer(ctx, id); err != nil {
+			logger.V(2).Info("Removing a dead container failed", "containerID", id, "err", err.Error())
+		}
+	}
+
+	sandboxCfg, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, w.d.cfg.PodOptions)
+	if err != nil {
+		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+		return time.Second, false
+	}
+	sandboxID := plan.SandboxID
+	if plan.CreateSandbox {
+		err := w.step(ctx, "sandbox", func() error {
+			if err := os.MkdirAll(sandboxCfg.LogDirectory, logDirMode); err != nil {
+				return fmt.Errorf("create pod log directory: %w", err)
+			}
+			w.changed = true
+			id, err := w.d.cfg.Runtime.RunPodSandbox(ctx, sandboxCfg, w.d.cfg.RuntimeHandler)
+			sandboxID = id
+			return err
+		})
+		if err != nil {
+			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+			return time.Second, false
+		}
+	}
+
+	if plan.NextInit >= 0 {
+		c := &pod.Spec.InitContainers[plan.NextInit]
+		if wait := w.startContainer(ctx, pod, c, true, observed, sandboxID, sandboxCfg); wait > 0 {
+			next = min(next, wait)
+		}
+		return next, false
+	}
+	for _, i := range plan.ContainersToStart {
+		c := &pod.Spec.Containers[i]
+		if wait := w.startContainer(ctx, pod, c, false, observed, sandboxID, sandboxCfg); wait > 0 {
+			next = min(next, wait)
+		}
+	}
+	return next, false
+}
+
+// startContainer pulls the container's image, then creates and starts it,
+// unless its restart back-off holds it back. It returns how long until it
+// should be tried again (zero when started or not to be retried soon).
+func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, observed *runtime.PodStatus, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig) time.Duration {
+	ref := containerRef(pod, c, init)
+	prev := latestOf(observed, c.Name, init)
+	restartCount := int32(0)
+	key := string(pod.UID) + "/" + c.Name
+	if prev != nil {
+		restartCount = prev.RestartCount + 1
+		if prev.State == runtime.ContainerExited {
+			ran := prev.FinishedAt.Sub(prev.StartedAt)
+			if wait := w.restarts.remaining(key, prev.FinishedAt, ran); wait > 0 {
+				msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", w.restarts.delay(key), c.Name, podDesc(pod))
+				w.waiting[c.Name] = status.Waiting{Reason: reasonCrashLoop, Message: msg}
+				w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventBackOff, "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
+				return wait
+			}
+			w.restarts.next(key)
+		}
+	}
+
+	image, wait, err := w.ensureImage(ctx, pod, c, ref, sandboxCfg)
+	if err != nil {
+		return wait
+	}
+	cfg := runtime.ContainerConfig(pod, c, init, image, restartCount)
+	var id string
+	err = w.step(ctx, "createContainer:"+c.Name, func() error {
+		if err := os.MkdirAll(filepath.Join(sandboxCfg.LogDirectory, c.Name), logDirMode); err != nil {
+			return fmt.Errorf("create container log directory: %w", err)
+		}
+		var err error
+		w.changed = true
+		id, err = w.d.cfg.Runtime.CreateContainer(ctx, sandboxID, cfg, sandboxCfg)
+		return err
+	})
+	if err != nil {
+		w.waiting[c.Name] = status.Waiting{Reason: reasonCreateError, Message: err.Error()}
+		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
+		return time.Second
+	}
+	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventCreated, "Container created")
+	err = w.step(ctx, "startContainer:"+c.Name, func() error { return w.d.cfg.Runtime.StartContainer(ctx, id) })
+	if err != nil {
+		w.waiting[c.Name] = status.Waiting{Reason: reasonStartError, Message: err.Error()}
+		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
+		return time.Second
+	}
+	delete(w.waiting, c.Name)
+	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventStarted, "Container started")
+	return 0
+}
+
+// makePodDirs creates the pod's directory under the agent's root, where
+// volumes and per-container data will live.
+func (w *Worker) makePodDirs(pod *v1.Pod) error {
+	dir := w.podDir(pod)
+	for _, d := range []string{dir, filepath.Join(dir, podDirVolumes), filepath.Join(dir, podDirPlugins), filepath.Join(dir, podDirContainerData)} {
+		if err := os.MkdirAll(d, podDirMode); err != nil {
+			return fmt.Errorf("create pod directory: %w", err)
+		}
+	}
+	return nil
+}
+
+func (w *Worker) podDir(pod *v1.Pod) string {
+	return filepath.Join(w.d.cfg.RootDir, "pods", string(pod.UID))
+}
+
+// containerRef is the object events about one container refer to.
+func containerRef(pod *v1.Pod, c *v1.Container, init bool) *v1.ObjectReference {
+	field := fmt.Sprintf("spec.containers{%s}", c.Name)
+	if init {
+		field = fmt.Sprintf("spec.initContainers{%s}", c.Name)
+	}
+	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
+		UID: pod.UID, ResourceVersion: pod.ResourceVersion, FieldPath: field}
+}
+
+// podDesc names a pod in messages the way the kubelet does.
+func podDesc(pod *v1.Pod) string {
+	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
+}
+
+// step runs one step of a pod's start, timed, and logs it as one line.
+func (w *Worker) step(ctx context.Context, name string, fn func() error) error {
+	start := w.d.cfg.Clock.Now()
+	err := fn()
+	logger := klog.FromContext(ctx)
+	d := w.d.cfg.Clock.Since(start)
+	if err != nil {
+		logger.Info("Pod step failed", "step", name, "duration", d, "err", err.Error())
+		return err
+	}
+	logger.V(2).Info("Pod step done", "step", name, "duration", d)
+	return nil
+}

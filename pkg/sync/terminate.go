@@ -1,0 +1,158 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	gosync "sync"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+)
+
+// Grace periods, as the kubelet applies them.
+const (
+	defaultGracePeriod = 30
+	// minGracePeriod gives even a force-deleted container a moment to
+	// stop before it is killed.
+	minGracePeriod = 2
+)
+
+// gracePeriod is how long the pod's containers get to stop: the
+// deletion's grace period when it is being deleted, else its spec's.
+func gracePeriod(pod *v1.Pod) int64 {
+	g := int64(defaultGracePeriod)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		g = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if pod.DeletionGracePeriodSeconds != nil {
+		g = *pod.DeletionGracePeriodSeconds
+	}
+	return max(g, minGracePeriod)
+}
+
+// terminate stops the pod: every container within the grace period, then
+// its sandboxes. Containers stay, for their logs and final status.
+func (w *Worker) terminate(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) error {
+	return w.killPod(ctx, pod, observed, gracePeriod(pod))
+}
+
+// killPod stops all live containers in parallel, then every ready sandbox.
+func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus, grace int64) error {
+	var (
+		wg   gosync.WaitGroup
+		mu   gosync.Mutex
+		errs []error
+	)
+	acted := false
+	for _, c := range observed.Containers {
+		if c.State != runtime.ContainerRunning && c.State != runtime.ContainerCreated && c.State != runtime.ContainerUnknown {
+			continue
+		}
+		acted = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if spec, init := specContainer(pod, c.Name, c.Init); spec != nil {
+				w.d.cfg.Recorder.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "Stopping container %s", c.Name)
+			}
+			err := w.step(ctx, "stopContainer:"+c.Name, func() error {
+				return w.d.cfg.Runtime.StopContainer(ctx, c.ID, grace)
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("stop container %q: %w", c.Name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, sb := range observed.Sandboxes {
+		if !sb.Ready {
+			continue
+		}
+		acted = true
+		if err := w.step(ctx, "stopSandbox", func() error { return w.d.cfg.Runtime.StopPodSandbox(ctx, sb.ID) }); err != nil {
+			errs = append(errs, fmt.Errorf("stop sandbox: %w", err))
+		}
+	}
+	if acted {
+		w.acted()
+	}
+	return errors.Join(errs...)
+}
+
+// cleanup removes everything of a stopped pod: containers, sandboxes, the
+// pod directory and its logs.
+func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) error {
+	var errs []error
+	for _, c := range observed.Containers {
+		if err := w.d.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil && grpcstatus.Code(err) != codes.NotFound {
+			errs = append(errs, fmt.Errorf("remove container %q: %w", c.Name, err))
+		}
+	}
+	for _, sb := range observed.Sandboxes {
+		if err := w.d.cfg.Runtime.RemovePodSandbox(ctx, sb.ID); err != nil && grpcstatus.Code(err) != codes.NotFound {
+			errs = append(errs, fmt.Errorf("remove sandbox: %w", err))
+		}
+	}
+	if len(observed.Containers)+len(observed.Sandboxes) > 0 {
+		w.acted()
+	}
+	if err := removeEmptyTree(w.podDir(pod)); err != nil {
+		errs = append(errs, err)
+	}
+	if pod.Namespace != "" && pod.Name != "" {
+		if err := os.RemoveAll(runtime.PodLogDir(w.d.cfg.PodOptions.PodLogsDir, pod)); err != nil {
+			errs = append(errs, fmt.Errorf("remove pod logs: %w", err))
+		}
+	}
+	if len(errs) == 0 {
+		klog.FromContext(ctx).V(2).Info("Pod cleaned up")
+	}
+	return errors.Join(errs...)
+}
+
+// removeEmptyTree removes a pod directory whose leaves are empty
+// directories. It never deletes a file, so a volume still mounted inside
+// is left alone (and reported) rather than emptied.
+func removeEmptyTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove pod directory: %w", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeEmptyTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove pod directory: %w", err)
+	}
+	return nil
+}
+
+// specContainer finds a container of the pod's spec by name and kind.
+func specContainer(pod *v1.Pod, name string, init bool) (*v1.Container, bool) {
+	list := pod.Spec.Containers
+	if init {
+		list = pod.Spec.InitContainers
+	}
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i], init
+		}
+	}
+	return nil, init
+}

@@ -1,0 +1,258 @@
+package sync
+
+import (
+	"context"
+	gosync "sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/status"
+)
+
+// workerState is where a pod is in its life on this node.
+type workerState int
+
+const (
+	// syncing: the pod should run; containers are started as needed.
+	syncing workerState = iota
+	// terminated: the pod's containers and sandbox are stopped; only its
+	// removal (deletion) is left.
+	terminated
+	// cleaned: everything of the pod is gone from the runtime and disk.
+	cleaned
+)
+
+// Worker owns one pod: its goroutine is the only one that acts on it.
+type Worker struct {
+	d   *Dispatcher
+	uid types.UID
+
+	mu      gosync.Mutex
+	pod     *v1.Pod // latest desired pod
+	removed bool    // the pod left the source (deleted from the apiserver)
+
+	wake chan struct{} // capacity 1: a pending wake-up
+
+	// Owned by the worker goroutine.
+	state     workerState
+	lastActed time.Time
+	changed   bool // this pass changed the runtime
+	waiting   map[string]status.Waiting
+	restarts  *backoff
+	pulls     *backoff
+}
+
+func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
+	return &Worker{
+		d: d, uid: pod.UID, pod: pod, wake: make(chan struct{}, 1),
+		waiting:  map[string]status.Waiting{},
+		restarts: newBackoff(d.cfg.Clock),
+		pulls:    newBackoff(d.cfg.Clock),
+	}
+}
+
+// update hands the worker the latest pod; it never blocks. A change of
+// the status alone (usually the agent's own write coming back) is kept
+// for the next pass but does not wake the worker: only the spec, the
+// deletion or the runtime's state call for action.
+func (w *Worker) update(pod *v1.Pod, removed bool) {
+	w.mu.Lock()
+	wake := removed || pod == nil || !onlyStatusChanged(w.pod, pod)
+	if pod != nil {
+		w.pod = pod
+	}
+	w.removed = w.removed || removed
+	w.mu.Unlock()
+	if wake {
+		w.poke()
+	}
+}
+
+// onlyStatusChanged says whether b differs from a in nothing the worker
+// acts on.
+func onlyStatusChanged(a, b *v1.Pod) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	return a.UID == b.UID && a.Generation == b.Generation &&
+		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
+		equality.Semantic.DeepEqual(a.DeletionTimestamp, b.DeletionTimestamp) &&
+		equality.Semantic.DeepEqual(a.DeletionGracePeriodSeconds, b.DeletionGracePeriodSeconds)
+}
+
+func (w *Worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) latest() (*v1.Pod, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pod, w.removed
+}
+
+// run is the worker goroutine. It returns once the pod is removed and
+// cleaned up, or when ctx ends.
+func (w *Worker) run(ctx context.Context) {
+	pod, _ := w.latest()
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", w.uid)
+	ctx = klog.NewContext(ctx, logger)
+	timer := w.d.cfg.Clock.NewTimer(w.d.cfg.ResyncPeriod)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-timer.C():
+		}
+		pod, removed := w.latest()
+		observed, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.lastActed)
+		if err != nil {
+			return
+		}
+		next, done := w.syncOnce(ctx, pod, removed, observed)
+		if done {
+			return
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// syncOnce does one pass for the pod and says when to look again, or
+// that the worker is finished.
+func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observed *runtime.PodStatus) (time.Duration, bool) {
+	logger := klog.FromContext(ctx)
+	resync := w.d.cfg.ResyncPeriod
+	switch {
+	case removed:
+		// Gone from the apiserver: stop and remove everything; there is no
+		// object left to report to.
+		if err := w.terminate(ctx, pod, observed); err != nil {
+			logger.Error(err, "Stopping removed pod failed, will retry")
+			return time.Second, false
+		}
+		if err := w.cleanup(ctx, pod, observed); err != nil {
+			logger.Error(err, "Cleaning up removed pod failed, will retry")
+			return time.Second, false
+		}
+		w.state = cleaned
+		logger.V(2).Info("Pod removed")
+		return 0, true
+	case pod.DeletionTimestamp != nil:
+		if w.state == cleaned {
+			return resync, false
+		}
+		if err := w.terminate(ctx, pod, observed); err != nil {
+			logger.Error(err, "Stopping deleted pod failed, will retry")
+			return time.Second, false
+		}
+		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
+		if err != nil {
+			return 0, true
+		}
+		st := w.computeStatus(pod, final, true)
+		if err := w.cleanup(ctx, pod, final); err != nil {
+			logger.Error(err, "Cleaning up deleted pod failed, will retry")
+			return time.Second, false
+		}
+		w.state = cleaned
+		w.d.cfg.Status.SetFinal(pod, st)
+		return resync, false
+	case w.state != syncing || isTerminal(pod.Status.Phase):
+		// Ended: nothing runs again; keep the final status current.
+		if w.state == syncing {
+			if err := w.terminate(ctx, pod, observed); err != nil {
+				logger.Error(err, "Stopping finished pod failed, will retry")
+				return time.Second, false
+			}
+			w.state = terminated
+		}
+		return resync, false
+	}
+	if reason, msg, exceeded := w.pastDeadline(pod); exceeded {
+		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, reason, msg)
+		if err := w.terminate(ctx, pod, observed); err != nil {
+			logger.Error(err, "Stopping a pod past its deadline failed, will retry")
+			return time.Second, false
+		}
+		w.state = terminated
+		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
+		if err != nil {
+			return 0, true
+		}
+		st := w.computeStatus(pod, final, true)
+		st.Phase, st.Reason, st.Message = v1.PodFailed, reason, msg
+		w.d.cfg.Status.SetFinal(pod, st)
+		return resync, false
+	}
+	next, ended := w.syncPod(ctx, pod, observed)
+	if ended {
+		if err := w.terminate(ctx, pod, observed); err != nil {
+			logger.Error(err, "Stopping finished pod failed, will retry")
+			return time.Second, false
+		}
+		w.state = terminated
+		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
+		if err != nil {
+			return 0, true
+		}
+		w.d.cfg.Status.SetFinal(pod, w.computeStatus(pod, final, true))
+		return resync, false
+	}
+	if d := pod.Spec.ActiveDeadlineSeconds; d != nil && pod.Status.StartTime != nil {
+		left := pod.Status.StartTime.Add(time.Duration(*d) * time.Second).Sub(w.d.cfg.Clock.Now())
+		next = min(next, max(left, 100*time.Millisecond))
+	}
+	return min(next, resync), false
+}
+
+// Reason and message of a pod failed for running past activeDeadlineSeconds,
+// as the kubelet words them.
+const (
+	reasonDeadlineExceeded  = "DeadlineExceeded"
+	messageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
+)
+
+// pastDeadline says whether the pod has been active longer than its
+// activeDeadlineSeconds, counted from its start time.
+func (w *Worker) pastDeadline(pod *v1.Pod) (string, string, bool) {
+	d := pod.Spec.ActiveDeadlineSeconds
+	if d == nil || pod.Status.StartTime == nil {
+		return "", "", false
+	}
+	if w.d.cfg.Clock.Since(pod.Status.StartTime.Time) < time.Duration(*d)*time.Second {
+		return "", "", false
+	}
+	return reasonDeadlineExceeded, messageDeadlineExceeded, true
+}
+
+// acted notes that the runtime was changed, so that the next pass waits
+// for a relist that shows it.
+func (w *Worker) acted() {
+	w.lastActed = w.d.cfg.Clock.Now()
+	w.d.cfg.Relister.RelistSoon()
+	w.poke()
+}
+
+func (w *Worker) computeStatus(pod *v1.Pod, observed *runtime.PodStatus, terminal bool) v1.PodStatus {
+	return status.Compute(status.Input{
+		Pod: pod, Observed: observed, Waiting: w.waiting, Terminal: terminal,
+		NodeIPs: w.d.cfg.NodeIPs, RuntimeName: w.d.cfg.RuntimeName, Now: w.d.cfg.Clock.Now(),
+	})
+}
+
+func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }

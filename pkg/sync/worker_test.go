@@ -1,0 +1,225 @@
+package sync
+
+import (
+	"context"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	critesting "k8s.io/cri-api/pkg/apis/testing"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeagent/nodeagent/pkg/pleg"
+	"github.com/nodeagent/nodeagent/pkg/runtime"
+)
+
+// fakeStatus records what the worker hands the status manager.
+type fakeStatus struct {
+	mu    gosync.Mutex
+	last  v1.PodStatus
+	final *v1.PodStatus
+}
+
+func (f *fakeStatus) Set(_ *v1.Pod, st v1.PodStatus) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last = st
+}
+
+func (f *fakeStatus) SetFinal(_ *v1.Pod, st v1.PodStatus) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last, f.final = st, &st
+}
+
+type noSecrets struct{}
+
+func (noSecrets) GetSecret(context.Context, string, string) (*v1.Secret, error) {
+	return &v1.Secret{}, nil
+}
+
+type harness struct {
+	t        *testing.T
+	rt       *critesting.FakeRuntimeService
+	img      *critesting.FakeImageService
+	pleg     *pleg.PLEG
+	status   *fakeStatus
+	recorder *record.FakeRecorder
+	w        *Worker
+}
+
+func newHarness(t *testing.T, pod *v1.Pod) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, rt: critesting.NewFakeRuntimeService(), img: critesting.NewFakeImageService(),
+		status: &fakeStatus{}, recorder: record.NewFakeRecorder(1000)}
+	h.img.SetFakeImages([]string{"docker.io/library/busybox:latest"})
+	var err error
+	h.pleg, err = pleg.New(pleg.Config{Runtime: h.rt, Clock: clock.RealClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = h.pleg.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	d, err := NewDispatcher(Config{Runtime: h.rt, Images: h.img, Cache: h.pleg.Cache(), Relister: h.pleg,
+		Status: h.status, Recorder: h.recorder, Secrets: noSecrets{}, RootDir: t.TempDir(),
+		PodOptions: runtime.PodOptions{PodLogsDir: t.TempDir()}, NodeIPs: []string{"10.0.0.1"}, RuntimeName: "fake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.w = newWorker(d, pod)
+	return h
+}
+
+// sync runs one pass on a fresh relist and returns whether the worker is done.
+func (h *harness) sync(pod *v1.Pod, removed bool) bool {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.pleg.RelistSoon()
+	observed, err := h.pleg.Cache().GetNewerThan(ctx, pod.UID, time.Now())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	_, done := h.w.syncOnce(ctx, pod, removed, observed)
+	return done
+}
+
+func (h *harness) containers(state runtimeapi.ContainerState) []string {
+	h.rt.Lock()
+	defer h.rt.Unlock()
+	var out []string
+	for _, c := range h.rt.Containers {
+		if c.State == state {
+			out = append(out, c.Metadata.Name)
+		}
+	}
+	return out
+}
+
+func (h *harness) exit(name string, code int32) {
+	h.rt.Lock()
+	defer h.rt.Unlock()
+	for _, c := range h.rt.Containers {
+		if c.Metadata.Name == name && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			c.State, c.ExitCode, c.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, code, time.Now().UnixNano()
+		}
+	}
+}
+
+func (h *harness) events() string {
+	var out []string
+	for {
+		select {
+		case e := <-h.recorder.Events:
+			out = append(out, e)
+		default:
+			return strings.Join(out, "\n")
+		}
+	}
+}
+
+func TestWorkerRunsInitThenAppContainersAndEndsNeverPod(t *testing.T) {
+	pod := basePod(withInit("init"), withPolicy(v1.RestartPolicyNever))
+	h := newHarness(t, pod)
+
+	h.sync(pod, false)
+	if got := h.containers(runtimeapi.ContainerState_CONTAINER_RUNNING); len(got) != 1 || got[0] != "init" {
+		t.Fatalf("after the first pass running = %v, want [init]", got)
+	}
+	if n := len(h.rt.Sandboxes); n != 1 {
+		t.Fatalf("sandboxes = %d, want 1", n)
+	}
+	h.sync(pod, false)
+	if got := h.containers(runtimeapi.ContainerState_CONTAINER_RUNNING); len(got) != 1 {
+		t.Fatalf("app containers started while init runs: running = %v", got)
+	}
+	h.exit("init", 0)
+	h.sync(pod, false)
+	if got := h.containers(runtimeapi.ContainerState_CONTAINER_RUNNING); len(got) != 2 {
+		t.Fatalf("after init, running = %v, want a and b", got)
+	}
+	ev := h.events()
+	for _, want := range []string{"Normal Pulled Container image \"busybox\" already present", "Normal Created Container created", "Normal Started Container started"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("events lack %q:\n%s", want, ev)
+		}
+	}
+
+	h.exit("a", 0)
+	h.exit("b", 3)
+	h.sync(pod, false)
+	if h.status.final == nil || h.status.final.Phase != v1.PodFailed {
+		t.Fatalf("final status = %+v, want phase Failed", h.status.final)
+	}
+	for _, sb := range h.rt.Sandboxes {
+		if sb.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+			t.Errorf("sandbox of an ended pod is %s, want stopped", sb.State)
+		}
+	}
+	if len(h.rt.Containers) != 3 {
+		t.Errorf("containers of an ended pod were removed before deletion: %d left", len(h.rt.Containers))
+	}
+
+	deleted := pod.DeepCopy()
+	now := metav1.Now()
+	deleted.DeletionTimestamp = &now
+	h.sync(deleted, false)
+	if len(h.rt.Containers) != 0 || len(h.rt.Sandboxes) != 0 {
+		t.Errorf("after deletion %d containers and %d sandboxes left, want none", len(h.rt.Containers), len(h.rt.Sandboxes))
+	}
+	if !h.sync(deleted, true) {
+		t.Error("worker not done after removal")
+	}
+}
+
+func TestWorkerBacksOffCrashingContainer(t *testing.T) {
+	pod := basePod(func(p *v1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] })
+	h := newHarness(t, pod)
+	h.sync(pod, false)
+	h.exit("a", 1)
+	h.sync(pod, false) // first restart is immediate
+	if got := h.containers(runtimeapi.ContainerState_CONTAINER_RUNNING); len(got) != 1 {
+		t.Fatalf("first restart: running = %v", got)
+	}
+	h.exit("a", 1)
+	h.sync(pod, false)
+	if got := h.containers(runtimeapi.ContainerState_CONTAINER_RUNNING); len(got) != 0 {
+		t.Fatalf("restarted inside the back-off: running = %v", got)
+	}
+	cs := h.status.last.ContainerStatuses[0]
+	if cs.State.Waiting == nil || cs.State.Waiting.Reason != reasonCrashLoop || cs.RestartCount != 1 {
+		t.Errorf("status = %+v, want waiting CrashLoopBackOff with restartCount 1", cs)
+	}
+	if ev := h.events(); !strings.Contains(ev, "Warning BackOff Back-off restarting failed container a") {
+		t.Errorf("no BackOff event:\n%s", ev)
+	}
+}
+
+func TestWorkerImageNeverPull(t *testing.T) {
+	pod := basePod(func(p *v1.Pod) {
+		p.Spec.Containers = []v1.Container{{Name: "a", Image: "example.com/missing:1", ImagePullPolicy: v1.PullNever}}
+	})
+	h := newHarness(t, pod)
+	h.sync(pod, false) // creates the sandbox: a change, so the worker wakes itself
+	<-h.w.wake
+	h.sync(pod, false)
+	cs := h.status.last.ContainerStatuses[0]
+	if cs.State.Waiting == nil || cs.State.Waiting.Reason != reasonErrImageNeverPull {
+		t.Errorf("status = %+v, want waiting ErrImageNeverPull", cs.State)
+	}
+	if len(h.rt.Containers) != 0 {
+		t.Errorf("a container was created without its image")
+	}
+	select {
+	case <-h.w.wake:
+		t.Error("a pass that changed nothing in the runtime woke the worker again at once")
+	default:
+	}
+}

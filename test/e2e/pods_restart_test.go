@@ -1,0 +1,84 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeagent/nodeagent/test/e2e/framework"
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+// TestAgentSIGKILLRestartsNoContainer is not parallel: the agent dies and comes back.
+// Its pods are found again by their labels: no container restarted, no sandbox doubled.
+func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
+	requireNodeagent(t)
+	cfg := framework.Cluster(t)
+	ctx := framework.Context(t, 5*time.Minute)
+	type seen struct {
+		containerIDs map[string]string
+		restarts     map[string]int32
+		sandbox      string
+	}
+	snapshot := func(p *corev1.Pod) seen {
+		s := seen{containerIDs: map[string]string{}, restarts: map[string]int32{}}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			s.containerIDs[cs.Name], s.restarts[cs.Name] = cs.ContainerID, cs.RestartCount
+		}
+		if sbs := sandboxesOf(t, string(p.UID)); len(sbs) == 1 {
+			s.sandbox = sbs[0].Id
+		}
+		return s
+	}
+	var pods []*corev1.Pod
+	before := map[string]seen{}
+	for i := range 3 {
+		pod := busyboxPod(fmt.Sprintf("survivor%d", i), corev1.RestartPolicyAlways, "sleep 3600")
+		if i == 0 {
+			pod.Spec.InitContainers = []corev1.Container{{Name: "init", Image: harness.BusyboxImage, Command: []string{"true"}}}
+		}
+		pods = append(pods, createPod(t, pod))
+	}
+	for _, pod := range pods {
+		before[pod.Name] = snapshot(waitPod(t, pod, 2*time.Minute, runningAndReady))
+	}
+
+	pid := cfg.Pids()["agent"]
+	if pid == 0 {
+		t.Fatal("no agent pid recorded")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL agent: %v", err)
+	}
+	framework.Eventually(t, 30*time.Second, func() error {
+		if cfg.Running("agent") {
+			return fmt.Errorf("agent %d still alive", pid)
+		}
+		return nil
+	})
+	if err := cfg.StartAgent(ctx); err != nil {
+		t.Fatalf("start agent: %v", err)
+	}
+	// A new pod reaching Running shows the restarted agent is syncing pods again.
+	probe := createPod(t, busyboxPod("after-restart", corev1.RestartPolicyAlways, "sleep 3600"))
+	waitPod(t, probe, 2*time.Minute, runningAndReady)
+
+	for _, pod := range pods {
+		got := waitPod(t, pod, time.Minute, runningAndReady)
+		after := snapshot(got)
+		b := before[pod.Name]
+		if after.sandbox == "" || after.sandbox != b.sandbox {
+			t.Errorf("pod %s: sandbox %q before, %q after (want the same, exactly one)", pod.Name, b.sandbox, after.sandbox)
+		}
+		for name, id := range b.containerIDs {
+			if after.containerIDs[name] != id || after.restarts[name] != b.restarts[name] {
+				t.Errorf("pod %s container %s: %s/%d before, %s/%d after", pod.Name, name, id, b.restarts[name], after.containerIDs[name], after.restarts[name])
+			}
+		}
+	}
+}
