@@ -34,6 +34,10 @@ func (m *Manager) UnmountPod(ctx context.Context, uid types.UID) error {
 	case err != nil:
 		return fmt.Errorf("unmount pod %s: %w", uid, err)
 	case fi.IsDir():
+		// Subpath binds first: they pin the volumes below them.
+		if err := removeDir(m.mounter, filepath.Join(podDir, subPathsDirName)); err != nil {
+			return fmt.Errorf("unmount pod %s: %w", uid, err)
+		}
 		vols, err := m.volumesOnDisk(uid)
 		if err != nil {
 			return fmt.Errorf("unmount pod %s: %w", uid, err)
