@@ -33,22 +33,35 @@ func (p *emptyDirPlugin) canSupport(vol *v1.Volume) bool { return vol.EmptyDir !
 
 func (p *emptyDirPlugin) setUp(_ context.Context, req *setUpRequest) (Mount, error) {
 	medium := req.vol.EmptyDir.Medium
+	mnt := Mount{HostPath: req.dir, Managed: true, Plugin: p.name()}
+	if medium != v1.StorageMediumDefault && medium != v1.StorageMediumMemory &&
+		medium != v1.StorageMediumHugePages && !strings.HasPrefix(string(medium), string(v1.StorageMediumHugePagesPrefix)) {
+		return Mount{}, fmt.Errorf("emptyDir medium %q is not supported", medium)
+	}
+	// Only a fresh volume gets its mode and ownership set: on later syncs
+	// the files are the pod's, and walking them every time would be slow
+	// and would undo the pod's own chmods.
+	mounted, err := p.isSetUp(req.dir, medium)
+	if err != nil {
+		return Mount{}, err
+	}
+	if mounted {
+		return mnt, nil
+	}
 	if err := os.MkdirAll(req.dir, 0o750); err != nil {
 		return Mount{}, fmt.Errorf("create emptyDir: %w", err)
 	}
-	switch {
-	case medium == v1.StorageMediumDefault:
-	case medium == v1.StorageMediumMemory:
+	switch medium {
+	case v1.StorageMediumDefault:
+	case v1.StorageMediumMemory:
 		size := emptyDirMemorySize(p.allocatableMemory(), req.pod, req.vol.EmptyDir.SizeLimit)
 		if err := ensureTmpfs(p.mounter, req.dir, size, 0); err != nil {
 			return Mount{}, err
 		}
-	case medium == v1.StorageMediumHugePages || strings.HasPrefix(string(medium), string(v1.StorageMediumHugePagesPrefix)):
+	default:
 		if err := p.ensureHugePages(req.dir, medium, req.pod); err != nil {
 			return Mount{}, err
 		}
-	default:
-		return Mount{}, fmt.Errorf("emptyDir medium %q is not supported", medium)
 	}
 	// The directory is world-writable like the kubelet's, so that any
 	// container user can use it.
@@ -58,7 +71,31 @@ func (p *emptyDirPlugin) setUp(_ context.Context, req *setUpRequest) (Mount, err
 	if err := planFSGroup(req.fsGroup, req.fsGroupPolicy, false).apply(req.dir); err != nil {
 		return Mount{}, fmt.Errorf("apply fsGroup: %w", err)
 	}
-	return Mount{HostPath: req.dir, Managed: true, Plugin: p.name()}, nil
+	return mnt, nil
+}
+
+// isSetUp reports whether the volume is already in place: the directory
+// exists and, for a memory or huge page medium, is a mount point.
+func (p *emptyDirPlugin) isSetUp(dir string, medium v1.StorageMedium) (bool, error) {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("emptyDir: %w", err)
+	}
+	if !fi.IsDir() {
+		return false, fmt.Errorf("emptyDir %s is not a directory", dir)
+	}
+	if medium == v1.StorageMediumDefault {
+		return true, nil
+	}
+	mps, err := p.mounter.mountPoints()
+	if err != nil {
+		return false, err
+	}
+	_, ok := findMount(mps, dir)
+	return ok, nil
 }
 
 func (p *emptyDirPlugin) tearDown(_ context.Context, dir string) error {

@@ -71,3 +71,33 @@ func TestFSGroupOnAPIData(t *testing.T) {
 		}
 	}
 }
+
+func TestFSGroupNotReappliedEverySync(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	f := newFixture(t, configMap("kube-root-ca.crt", map[string]string{"ca.crt": "PEM"}))
+	pod := basePod(kubeAPIAccess, withVolume("scratch", v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}),
+		func(p *v1.Pod) { p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr(int64(3000))} })
+	ctx := context.Background()
+	mounts, err := f.mgr.MountPod(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(mounts["kube-api-access-x7k2p"].HostPath, "..data")
+	before, _ := os.Readlink(data)
+	// The pod makes a file of its own private.
+	own := filepath.Join(mounts["scratch"].HostPath, "own")
+	if err := os.WriteFile(own, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.mgr.MountPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Readlink(data); after != before {
+		t.Errorf("unchanged projected volume rewritten: %s -> %s", before, after)
+	}
+	if fi, _ := os.Stat(own); fi.Mode().Perm() != 0o600 {
+		t.Errorf("pod's own file changed to %v on a later sync", fi.Mode().Perm())
+	}
+}

@@ -76,7 +76,7 @@ func (w *Writer) Write(payload map[string]FileProjection, setPerms func(dir stri
 	}
 	oldPaths := map[string]bool{}
 	if oldTS != "" {
-		same, paths, err := w.sameAsVersion(oldTS, clean)
+		same, paths, err := w.sameAsVersion(oldTS, clean, setPerms != nil)
 		if err != nil {
 			return false, err
 		}
@@ -187,8 +187,9 @@ func isVersionName(name string) bool {
 
 // sameAsVersion compares the version directory with payload, and returns
 // the top-level names the version holds. It reads regular files only and
-// never follows a symlink.
-func (w *Writer) sameAsVersion(ts string, payload map[string]FileProjection) (bool, map[string]bool, error) {
+// never follows a symlink. With permsAdded (setPerms in use) a file may
+// have more permission bits than asked for.
+func (w *Writer) sameAsVersion(ts string, payload map[string]FileProjection, permsAdded bool) (bool, map[string]bool, error) {
 	root := filepath.Join(w.dir, ts)
 	seen := 0
 	same := true
@@ -219,7 +220,9 @@ func (w *Writer) sameAsVersion(ts string, payload map[string]FileProjection) (bo
 		if err != nil {
 			return err
 		}
-		if !bytes.Equal(got, want.Data) || info.Mode().Perm() != fs.FileMode(want.Mode)&fs.ModePerm {
+		perm, wantPerm := info.Mode().Perm(), fs.FileMode(want.Mode)&fs.ModePerm
+		modeOK := perm == wantPerm || (permsAdded && perm&wantPerm == wantPerm)
+		if !bytes.Equal(got, want.Data) || !modeOK {
 			same = false
 		}
 		return nil
