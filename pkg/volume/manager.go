@@ -61,8 +61,12 @@ type Manager struct {
 }
 
 // podLock serialises one pod's mounts and unmounts; it is never held by
-// another pod, so a slow volume is slow alone.
-type podLock struct{ sync.Mutex }
+// another pod, so a slow volume is slow alone. users counts the callers
+// holding or waiting for it; the last one out drops it from the map.
+type podLock struct {
+	sync.Mutex
+	users int
+}
 
 // NewManager validates cfg and returns a Manager.
 func NewManager(cfg Config) (*Manager, error) {
@@ -127,9 +131,18 @@ func (m *Manager) lockPod(uid types.UID) func() {
 		l = &podLock{}
 		m.pods[uid] = l
 	}
+	l.users++
 	m.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	return func() {
+		l.Unlock()
+		m.mu.Lock()
+		l.users--
+		if l.users == 0 {
+			delete(m.pods, uid)
+		}
+		m.mu.Unlock()
+	}
 }
 
 // MountPod creates the pod's directories and sets up every volume in

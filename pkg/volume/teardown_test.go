@@ -99,6 +99,9 @@ func TestKernelMountUnmountLeavesNothing(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(hostDir, "keep")); err != nil || string(b) != "host" {
 		t.Errorf("host directory damaged: %q %v", b, err)
 	}
+	if len(f.mgr.pods) != 0 || len(f.mgr.tokens.cache) != 0 {
+		t.Errorf("state left: %d pod locks, %d tokens", len(f.mgr.pods), len(f.mgr.tokens.cache))
+	}
 }
 
 func TestKernelReconstructAfterRestart(t *testing.T) {

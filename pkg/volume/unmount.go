@@ -73,9 +73,6 @@ func (m *Manager) tearDownVolume(ctx context.Context, v volumeOnDisk) error {
 
 func (m *Manager) forget(uid types.UID) {
 	m.tokens.forget(uid)
-	m.mu.Lock()
-	delete(m.pods, uid)
-	m.mu.Unlock()
 }
 
 // volumeOnDisk is one pods/<uid>/volumes/<plugin>/<name> directory.
