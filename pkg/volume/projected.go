@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -113,7 +114,7 @@ func (pp *projectedPayload) trustBundle(ctx context.Context, ctb *v1.ClusterTrus
 	case ctb.Name != nil:
 		b, err := bundles.Get(ctx, *ctb.Name, metav1.GetOptions{})
 		if err != nil {
-			if optional {
+			if optional && apierrors.IsNotFound(err) {
 				return []byte{}, nil
 			}
 			return nil, fmt.Errorf("clusterTrustBundle %s: %w", *ctb.Name, err)
