@@ -32,7 +32,8 @@ type Config struct {
 	// Client reads configMaps, secrets and cluster trust bundles and
 	// requests service-account tokens. Without it those volumes fail.
 	Client kubernetes.Interface
-	// NodeName is this node's name.
+	// NodeName is this node's name; unused until the CSI plugin (which
+	// needs it for NodePublish and CSINode) lands.
 	NodeName types.NodeName
 	// Clock times token refreshes. Defaults to the real clock.
 	Clock clock.PassiveClock
