@@ -272,3 +272,66 @@ func tail(b []byte, n int) string {
 	}
 	return string(b)
 }
+
+// conformanceSuites are the packages k8s.io/kubernetes/test/e2e's test binary links in
+// (its e2e_test.go imports them); the tools module must require what they need, or
+// `go test -c` finds modules missing from go.sum.
+var conformanceSuites = []string{
+	"github.com/onsi/ginkgo/v2/ginkgo",
+	"k8s.io/kubernetes/test/conformance/testdata",
+	"k8s.io/kubernetes/test/e2e",
+	"k8s.io/kubernetes/test/e2e/apimachinery", "k8s.io/kubernetes/test/e2e/apps",
+	"k8s.io/kubernetes/test/e2e/architecture", "k8s.io/kubernetes/test/e2e/auth",
+	"k8s.io/kubernetes/test/e2e/autoscaling", "k8s.io/kubernetes/test/e2e/common",
+	"k8s.io/kubernetes/test/e2e/dra", "k8s.io/kubernetes/test/e2e/instrumentation",
+	"k8s.io/kubernetes/test/e2e/invariants", "k8s.io/kubernetes/test/e2e/kubectl",
+	"k8s.io/kubernetes/test/e2e/network", "k8s.io/kubernetes/test/e2e/node",
+	"k8s.io/kubernetes/test/e2e/scheduling", "k8s.io/kubernetes/test/e2e/storage",
+	"k8s.io/kubernetes/test/e2e/storage/csimock", "k8s.io/kubernetes/test/e2e/storage/external",
+	"k8s.io/kubernetes/test/e2e/windows", "k8s.io/kubernetes/test/e2e/framework/debug/init",
+	"k8s.io/kubernetes/test/e2e/framework/metrics/init", "k8s.io/kubernetes/test/e2e/framework/node/init",
+	"k8s.io/kubernetes/test/e2e/testing-manifests", "k8s.io/kubernetes/test/fixtures",
+	"k8s.io/kubernetes/test/utils/ktesting/format",
+}
+
+// EnsureConformance builds the upstream conformance suite (e2e.test) and the ginkgo CLI at
+// the pinned version into the upstream bin dir, after EnsureUpstream. The first build takes
+// about 15 minutes on 2 cores; it is not part of make test.
+func (c *Config) EnsureConformance(ctx context.Context) (string, error) {
+	bin, err := c.EnsureUpstream(ctx)
+	if err != nil {
+		return "", err
+	}
+	if complete(bin, map[string]string{"e2e.test": "", "ginkgo": ""}) {
+		return bin, nil
+	}
+	version, err := KubeVersion(c.RepoDir)
+	if err != nil {
+		return "", err
+	}
+	src := filepath.Join(c.CacheDir, "upstream-"+version, "src")
+	var tools strings.Builder
+	tools.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
+	for _, pkg := range conformanceSuites {
+		fmt.Fprintf(&tools, "\t_ %q\n", pkg)
+	}
+	tools.WriteString(")\n")
+	if err := writeFiles(src, map[string]string{"tools_e2e.go": tools.String()}); err != nil {
+		return "", err
+	}
+	if err := c.goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
+		return "", err
+	}
+	c.Logf("building e2e.test and ginkgo (the first time takes about 15 minutes on 2 cores)")
+	minor := strings.SplitN(strings.TrimPrefix(version, "v1."), ".", 2)[0]
+	ld := fmt.Sprintf("-s -w -X k8s.io/component-base/version.gitVersion=%s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=%s", version, minor)
+	for _, step := range [][]string{
+		{"test", "-c", "-trimpath", "-ldflags", ld, "-o", filepath.Join(bin, "e2e.test.tmp"), "k8s.io/kubernetes/test/e2e"},
+		{"build", "-trimpath", "-o", filepath.Join(bin, "ginkgo"), "github.com/onsi/ginkgo/v2/ginkgo"},
+	} {
+		if err := c.goCmd(ctx, src, []string{"CGO_ENABLED=0"}, step...); err != nil {
+			return "", err
+		}
+	}
+	return bin, os.Rename(filepath.Join(bin, "e2e.test.tmp"), filepath.Join(bin, "e2e.test"))
+}

@@ -4,6 +4,7 @@
 //	harness down   stop everything and remove what the harness made
 //	harness env    print the shell lines to use the running cluster
 //	harness build  build (or find cached) the upstream binaries and containerd
+//	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo)
 //
 // Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
 // NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none).
@@ -21,7 +22,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: harness up|down|env|build")
+		fmt.Fprintln(os.Stderr, "usage: harness up|down|env|build|build-conformance")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,7 +62,16 @@ func run(ctx context.Context, cmd string) error {
 			return err
 		}
 		return nil
+	case "build-conformance":
+		if err := cfg.Complete(); err != nil {
+			return err
+		}
+		bin, err := cfg.EnsureConformance(ctx)
+		if err == nil {
+			fmt.Println(bin)
+		}
+		return err
 	default:
-		return fmt.Errorf("unknown command %q: want up, down, env or build", cmd)
+		return fmt.Errorf("unknown command %q: want up, down, env, build or build-conformance", cmd)
 	}
 }
