@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
@@ -106,4 +107,13 @@ func syncPodCIDR(ctx context.Context, client kubernetes.Interface, rt runtimeCon
 		case <-t.C:
 		}
 	}
+}
+
+// maxRestartBackoff is crashLoopBackOff.maxContainerRestartPeriod, or zero
+// for the default.
+func maxRestartBackoff(kc *kubeletv1beta1.KubeletConfiguration) time.Duration {
+	if d := kc.CrashLoopBackOff.MaxContainerRestartPeriod; d != nil {
+		return d.Duration
+	}
+	return 0
 }

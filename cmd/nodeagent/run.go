@@ -98,19 +98,20 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	}
 	var source *config.APISource
 	dispatcher, err = podsync.NewDispatcher(podsync.Config{
-		Runtime:      cri,
-		Images:       cri,
-		Cache:        podEvents.Cache(),
-		Relister:     podEvents,
-		Status:       statusMgr,
-		Recorder:     recorder,
-		Secrets:      secretGetter{client: client},
-		PodOptions:   podOptions(cfg),
-		RootDir:      cfg.rootDir,
-		NodeIPs:      hostIPs(cfg),
-		RuntimeName:  version.RuntimeName,
-		Known:        podEvents.Cache().UIDs,
-		SourceSynced: func() bool { return source.HasSynced() },
+		Runtime:           cri,
+		Images:            cri,
+		Cache:             podEvents.Cache(),
+		Relister:          podEvents,
+		Status:            statusMgr,
+		Recorder:          recorder,
+		Secrets:           secretGetter{client: client},
+		PodOptions:        podOptions(cfg),
+		RootDir:           cfg.rootDir,
+		NodeIPs:           hostIPs(cfg),
+		RuntimeName:       version.RuntimeName,
+		Known:             podEvents.Cache().UIDs,
+		SourceSynced:      func() bool { return source.HasSynced() },
+		MaxRestartBackoff: maxRestartBackoff(kc),
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"encoding/json"
+	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -19,6 +21,7 @@ const (
 	LabelContainer    = "io.kubernetes.container.name"
 
 	AnnotationRestartCount             = "io.kubernetes.container.restartCount"
+	AnnotationContainerHash            = "io.kubernetes.container.hash"
 	AnnotationTerminationMessagePath   = "io.kubernetes.container.terminationMessagePath"
 	AnnotationTerminationMessagePolicy = "io.kubernetes.container.terminationMessagePolicy"
 	AnnotationPodGracePeriod           = "io.kubernetes.pod.terminationGracePeriod"
@@ -73,6 +76,7 @@ func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int32, init
 		AnnotationTerminationMessagePath:   c.TerminationMessagePath,
 		AnnotationTerminationMessagePolicy: string(c.TerminationMessagePolicy),
 		AnnotationContainerType:            containerTypeApp,
+		AnnotationContainerHash:            ContainerHash(c),
 	}
 	if init {
 		a[AnnotationContainerType] = containerTypeInit
@@ -81,6 +85,20 @@ func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int32, init
 		a[AnnotationPodGracePeriod] = strconv.FormatInt(*g, 10)
 	}
 	return a
+}
+
+// ContainerHash identifies what of a container's spec needs a new
+// container when it changes (the image, in practice: the rest of a pod's
+// containers is immutable). Only fields that defaulting never touches are
+// hashed, so that an apiserver upgrade does not restart every container.
+func ContainerHash(c *v1.Container) string {
+	data, _ := json.Marshal(struct {
+		Name, Image, WorkingDir string
+		Command, Args           []string
+	}{c.Name, c.Image, c.WorkingDir, c.Command, c.Args})
+	h := fnv.New32a()
+	_, _ = h.Write(data)
+	return strconv.FormatUint(uint64(h.Sum32()), 16)
 }
 
 func secondsDuration(s int64) time.Duration { return time.Duration(s) * time.Second }

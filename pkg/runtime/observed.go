@@ -52,6 +52,17 @@ type ContainerStatus struct {
 	Message      string
 	Image        string
 	ImageRef     string
+	// Hash is the ContainerHash of the spec it was created from (empty
+	// for containers made before hashes were recorded).
+	Hash string
+	// User is the identity the process runs as, when the runtime says.
+	User *ContainerUser
+}
+
+// ContainerUser is the Linux identity of a container's process.
+type ContainerUser struct {
+	UID, GID           int64
+	SupplementalGroups []int64
 }
 
 // LatestSandbox returns the newest sandbox, or nil.
@@ -140,6 +151,7 @@ func ContainerFromCRI(c *runtimeapi.Container, st *runtimeapi.ContainerStatus) (
 		SandboxID:    c.GetPodSandboxId(),
 		Name:         c.GetLabels()[LabelContainer],
 		Init:         c.GetAnnotations()[AnnotationContainerType] == containerTypeInit,
+		Hash:         c.GetAnnotations()[AnnotationContainerHash],
 		RestartCount: int32(restarts),
 		State:        stateFromCRI(c.GetState()),
 		CreatedAt:    time.Unix(0, c.GetCreatedAt()),
@@ -158,6 +170,9 @@ func ContainerFromCRI(c *runtimeapi.Container, st *runtimeapi.ContainerStatus) (
 		}
 		if ref := st.GetImageRef(); ref != "" {
 			out.ImageRef = ref
+		}
+		if u := st.GetUser().GetLinux(); u != nil {
+			out.User = &ContainerUser{UID: u.GetUid(), GID: u.GetGid(), SupplementalGroups: u.GetSupplementalGroups()}
 		}
 	}
 	return out, ref, true

@@ -125,6 +125,9 @@ func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input
 		}
 		cs.RestartCount = latest.RestartCount
 		cs.State = containerState(latest)
+		if u := latest.User; u != nil {
+			cs.User = &v1.ContainerUser{Linux: &v1.LinuxContainerUser{UID: u.UID, GID: u.GID, SupplementalGroups: u.SupplementalGroups}}
+		}
 		if len(seen) > 1 {
 			cs.LastTerminationState = containerState(seen[1])
 		}

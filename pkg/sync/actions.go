@@ -27,6 +27,9 @@ type podActions struct {
 	NextInit int
 	// ContainersToStart are indexes into spec.containers.
 	ContainersToStart []int
+	// ContainersToKill are running containers whose spec changed; each is
+	// also in ContainersToStart, to be replaced.
+	ContainersToKill []string
 	// ContainersToRemove are dead containers past those worth keeping.
 	ContainersToRemove []string
 	// Done is set when nothing will run again: every container has ended
@@ -83,6 +86,10 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus) podActions {
 		switch {
 		case c == nil:
 			anyToStart = true
+			a.ContainersToStart = append(a.ContainersToStart, i)
+		case c.State == runtime.ContainerRunning && c.Hash != "" && c.Hash != runtime.ContainerHash(&pod.Spec.Containers[i]):
+			anyRunning = true
+			a.ContainersToKill = append(a.ContainersToKill, c.ID)
 			a.ContainersToStart = append(a.ContainersToStart, i)
 		case c.State == runtime.ContainerRunning:
 			anyRunning = true

@@ -62,6 +62,12 @@ func exited(name string, code int32) *runtime.ContainerStatus {
 	return &runtime.ContainerStatus{ID: name + "-id", Name: name, State: runtime.ContainerExited, ExitCode: code, StartedAt: t0, FinishedAt: t0.Add(time.Second)}
 }
 
+// hashed records the hash of a container spec with image on c.
+func hashed(c *runtime.ContainerStatus, image string) *runtime.ContainerStatus {
+	c.Hash = runtime.ContainerHash(&v1.Container{Name: c.Name, Image: image})
+	return c
+}
+
 func initExited(name string, code int32) *runtime.ContainerStatus {
 	c := exited(name, code)
 	c.Init = true
@@ -112,6 +118,12 @@ func TestComputePodActions(t *testing.T) {
 			want: podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, NextInit: -1, ContainersToStart: []int{1}}},
 		{name: "dead sandbox, Never: done, no new sandbox", pod: basePod(withPolicy(v1.RestartPolicyNever)), observed: deadSandbox,
 			want: podActions{KillPod: true, NextInit: -1, SandboxAttempt: 1, Done: true}},
+		{name: "changed image: replace the running container", pod: basePod(func(p *v1.Pod) { p.Spec.Containers[1].Image = "busybox:2" }),
+			observed: obs(hashed(running("a"), "busybox"), hashed(running("b"), "busybox")),
+			want:     podActions{SandboxID: "sb", NextInit: -1, ContainersToKill: []string{"b-id"}, ContainersToStart: []int{1}}},
+		{name: "no hash recorded: left alone", pod: basePod(func(p *v1.Pod) { p.Spec.Containers[1].Image = "busybox:2" }),
+			observed: obs(running("a"), running("b")),
+			want:     podActions{SandboxID: "sb", NextInit: -1}},
 		{name: "old dead containers are pruned", pod: basePod(),
 			observed: obs(&runtime.ContainerStatus{ID: "a0", Name: "a", State: runtime.ContainerExited}, &runtime.ContainerStatus{ID: "a1", Name: "a", State: runtime.ContainerExited}, running("a"), running("b")),
 			want:     podActions{SandboxID: "sb", NextInit: -1, ContainersToRemove: []string{"a0"}}},

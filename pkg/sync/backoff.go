@@ -19,6 +19,7 @@ const (
 // never shared, so it needs no lock.
 type backoff struct {
 	clock   clock.PassiveClock
+	max     time.Duration
 	entries map[string]*backoffEntry
 }
 
@@ -27,8 +28,12 @@ type backoffEntry struct {
 	last  time.Time // when the delay was last extended
 }
 
-func newBackoff(c clock.PassiveClock) *backoff {
-	return &backoff{clock: c, entries: map[string]*backoffEntry{}}
+// newBackoff builds a back-off capped at max (backoffMax when zero).
+func newBackoff(c clock.PassiveClock, max time.Duration) *backoff {
+	if max <= 0 {
+		max = backoffMax
+	}
+	return &backoff{clock: c, max: max, entries: map[string]*backoffEntry{}}
 }
 
 // remaining returns how long to wait, counted from since (a container's
@@ -62,10 +67,10 @@ func (b *backoff) delay(key string) time.Duration {
 func (b *backoff) next(key string) {
 	e, ok := b.entries[key]
 	if !ok {
-		b.entries[key] = &backoffEntry{delay: backoffInitial, last: b.clock.Now()}
+		b.entries[key] = &backoffEntry{delay: min(backoffInitial, b.max), last: b.clock.Now()}
 		return
 	}
-	e.delay = min(2*e.delay, backoffMax)
+	e.delay = min(2*e.delay, b.max)
 	e.last = b.clock.Now()
 }
 

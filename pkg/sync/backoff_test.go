@@ -9,7 +9,7 @@ import (
 
 func TestBackoffDoublesToCapAndResets(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	b := newBackoff(clk)
+	b := newBackoff(clk, 0)
 	const key = "uid/c"
 	if w := b.remaining(key, clk.Now(), time.Second); w != 0 {
 		t.Fatalf("first restart waits %s, want immediate", w)
@@ -35,5 +35,15 @@ func TestBackoffDoublesToCapAndResets(t *testing.T) {
 	}
 	if d := b.delay(key); d != 0 {
 		t.Errorf("delay after reset = %s, want 0", d)
+	}
+}
+
+func TestBackoffHonoursConfiguredMax(t *testing.T) {
+	b := newBackoff(clocktesting.NewFakeClock(t0), 15*time.Second)
+	for range 3 {
+		b.next("k")
+	}
+	if d := b.delay("k"); d != 15*time.Second {
+		t.Errorf("delay = %s, want the configured 15s", d)
 	}
 }

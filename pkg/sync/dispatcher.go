@@ -46,6 +46,9 @@ type Config struct {
 	RuntimeName string
 	// ResyncPeriod defaults to DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// MaxRestartBackoff caps the crash-loop back-off
+	// (crashLoopBackOff.maxContainerRestartPeriod); zero means 5 min.
+	MaxRestartBackoff time.Duration
 	// Known lists the pods the runtime holds anything of.
 	Known func() []runtime.PodRef
 	// SourceSynced reports whether the pod source has listed every pod

@@ -22,6 +22,11 @@ const (
 	reasonInvalidImageName  = "InvalidImageName"
 )
 
+// errImagePullShown is how long ErrImagePull stays the waiting reason
+// before the pass that turns it into ImagePullBackOff, so that users (and
+// watchers) see both, as on a kubelet node.
+const errImagePullShown = 2 * time.Second
+
 // ensureImage makes the container's image present according to its pull
 // policy and returns the reference to create the container from. On
 // failure the container's waiting reason and the events are set, and the
@@ -89,7 +94,7 @@ func (w *Worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 		w.pulls.next(key)
 		msg := fmt.Sprintf("ErrImagePull: %v", err)
 		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Failed to pull image %q: %v", c.Image, err)
-		return fail(reasonErrImagePull, msg, fmt.Errorf("%w: %w", runtime.ErrImagePull, err), time.Second)
+		return fail(reasonErrImagePull, msg, fmt.Errorf("%w: %w", runtime.ErrImagePull, err), errImagePullShown)
 	}
 	w.pulls.reset(key)
 	took := w.d.cfg.Clock.Since(start)

@@ -67,6 +67,13 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 			return time.Second, false
 		}
 	}
+	for _, id := range plan.ContainersToKill {
+		w.changed = true
+		if err := w.replaceContainer(ctx, pod, observed, id); err != nil {
+			logger.Error(err, "Stopping a changed container failed")
+			return time.Second, false
+		}
+	}
 	for _, id := range plan.ContainersToRemove {
 		w.changed = true
 		if err := w.d.cfg.Runtime.RemoveContainer(ctx, id); err != nil {
@@ -208,5 +215,23 @@ func (w *Worker) step(ctx context.Context, name string, fn func() error) error {
 		return err
 	}
 	logger.V(2).Info("Pod step done", "step", name, "duration", d)
+	return nil
+}
+
+// replaceContainer stops a running container whose spec changed, within
+// the pod's grace period, so that the new one can start.
+func (w *Worker) replaceContainer(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus, id string) error {
+	for _, c := range observed.Containers {
+		if c.ID != id {
+			continue
+		}
+		if spec, init := specContainer(pod, c.Name, c.Init); spec != nil {
+			w.d.cfg.Recorder.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling,
+				"Container %s definition changed, will be restarted", c.Name)
+		}
+		return w.step(ctx, "stopContainer:"+c.Name, func() error {
+			return w.d.cfg.Runtime.StopContainer(ctx, id, gracePeriod(pod))
+		})
+	}
 	return nil
 }

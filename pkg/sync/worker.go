@@ -51,8 +51,8 @@ func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
 	return &Worker{
 		d: d, uid: pod.UID, pod: pod, wake: make(chan struct{}, 1),
 		waiting:  map[string]status.Waiting{},
-		restarts: newBackoff(d.cfg.Clock),
-		pulls:    newBackoff(d.cfg.Clock),
+		restarts: newBackoff(d.cfg.Clock, d.cfg.MaxRestartBackoff),
+		pulls:    newBackoff(d.cfg.Clock, 0),
 	}
 }
 

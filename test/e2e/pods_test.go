@@ -445,3 +445,29 @@ func TestActiveDeadlineFailsPod(t *testing.T) {
 		t.Errorf("failed before its deadline: started %v", got.Status.StartTime)
 	}
 }
+
+// TestImageChangeReplacesContainer: changing a running container's image replaces that
+// container (restartCount 1, a new container ID, the new image), as on a kubelet.
+func TestImageChangeReplacesContainer(t *testing.T) {
+	t.Parallel()
+	pod := createPod(t, busyboxPod("setimage", corev1.RestartPolicyAlways, "trap 'exit 0' TERM; while true; do sleep 0.2; done"))
+	before := waitPod(t, pod, 2*time.Minute, runningAndReady).Status.ContainerStatuses[0]
+	// agnhost, not the e2e busybox: the harness's busybox images are one image under two
+	// names, which the runtime reports by either.
+	framework.Kubectl(t, "set", "image", "-n", podNS, "pod/"+pod.Name, "main="+harness.AgnhostImage)
+	after := waitPod(t, pod, 2*time.Minute, func(p *corev1.Pod) error {
+		if err := runningAndReady(p); err != nil {
+			return err
+		}
+		if cs := p.Status.ContainerStatuses[0]; cs.RestartCount != 1 {
+			return fmt.Errorf("not replaced yet: %s", describeStatuses(p.Status.ContainerStatuses))
+		}
+		return nil
+	}).Status.ContainerStatuses[0]
+	if after.ContainerID == before.ContainerID || !strings.Contains(after.Image, "agnhost") {
+		t.Errorf("after the image change: container %s image %s (before %s %s)", after.ContainerID, after.Image, before.ContainerID, before.Image)
+	}
+	if lt := after.LastTerminationState.Terminated; lt == nil || lt.ExitCode != 0 {
+		t.Errorf("last state %+v, want the old container ended by SIGTERM with exit 0", after.LastTerminationState)
+	}
+}
