@@ -124,12 +124,12 @@ func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input
 			cs.Image = latest.Image
 		}
 		cs.RestartCount = latest.RestartCount
-		cs.State = containerState(latest)
+		cs.State = containerState(latest, in.RuntimeName)
 		if u := latest.User; u != nil {
 			cs.User = &v1.ContainerUser{Linux: &v1.LinuxContainerUser{UID: u.UID, GID: u.GID, SupplementalGroups: u.SupplementalGroups}}
 		}
 		if len(seen) > 1 {
-			cs.LastTerminationState = containerState(seen[1])
+			cs.LastTerminationState = containerState(seen[1], in.RuntimeName)
 		}
 		if cs.State.Running != nil {
 			started := true
@@ -159,7 +159,7 @@ func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input
 	return cs
 }
 
-func containerState(o *runtime.ContainerStatus) v1.ContainerState {
+func containerState(o *runtime.ContainerStatus, runtimeName string) v1.ContainerState {
 	switch o.State {
 	case runtime.ContainerRunning:
 		return v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(o.StartedAt)}}
@@ -177,7 +177,7 @@ func containerState(o *runtime.ContainerStatus) v1.ContainerState {
 		return v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
 			ExitCode: o.ExitCode, Reason: reason, Message: o.Message,
 			StartedAt: timeOrZero(o.StartedAt), FinishedAt: timeOrZero(o.FinishedAt),
-			ContainerID: "",
+			ContainerID: runtimeName + "://" + o.ID,
 		}}
 	default:
 		return v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}}

@@ -107,6 +107,9 @@ func TestCompute(t *testing.T) {
 			case cs.State.Terminated != nil:
 				got, code = cs.State.Terminated.Reason, cs.State.Terminated.ExitCode
 			}
+			if term := cs.State.Terminated; term != nil && term.ContainerID != "containerd://c-id" {
+				t.Errorf("terminated containerID %q, want containerd://c-id", term.ContainerID)
+			}
 			if got != tt.state || code != tt.exitCode {
 				t.Errorf("state = %s/%d, want %s/%d", got, code, tt.state, tt.exitCode)
 			}
