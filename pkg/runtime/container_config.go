@@ -14,18 +14,35 @@ func ContainerLogPath(name string, restartCount int32) string {
 	return filepath.Join(name, fmt.Sprintf("%d.log", restartCount))
 }
 
+// ContainerInputs is what a container's config is made from beyond the
+// pod spec: what the agent resolved or prepared for it.
+type ContainerInputs struct {
+	// Init is true for an init container (restartable ones included).
+	Init bool
+	// Image is the reference the image was resolved to.
+	Image string
+	// RestartCount becomes the attempt and is recorded in an annotation
+	// so that it survives an agent restart.
+	RestartCount int32
+	// Env is the container's resolved environment, in order.
+	Env []*runtimeapi.KeyValue
+	// Mounts are the container's binds: volumes, /etc/hosts, the
+	// termination message file.
+	Mounts []*runtimeapi.Mount
+}
+
 // ContainerConfig translates one container of a pod into the config the
-// runtime creates it from. image is the reference the image was resolved
-// to; restartCount becomes the attempt and is recorded in an annotation
-// so that it survives an agent restart.
-func ContainerConfig(pod *v1.Pod, c *v1.Container, init bool, image string, restartCount int32) *runtimeapi.ContainerConfig {
+// runtime creates it from.
+func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimeapi.ContainerConfig {
+	init, image, restartCount := in.Init, in.Image, in.RestartCount
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: c.Image},
 		Command:     c.Command,
 		Args:        c.Args,
 		WorkingDir:  c.WorkingDir,
-		Envs:        envs(c.Env),
+		Envs:        in.Env,
+		Mounts:      in.Mounts,
 		Labels:      containerLabels(pod, c.Name),
 		Annotations: containerAnnotations(pod, c, restartCount, init),
 		LogPath:     ContainerLogPath(c.Name, restartCount),
@@ -37,9 +54,9 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, init bool, image string, rest
 	return cfg
 }
 
-// envs passes the plain-valued variables; valueFrom sources come with the
-// volume and downward API work.
-func envs(in []v1.EnvVar) []*runtimeapi.KeyValue {
+// PlainEnv passes the plain-valued variables only; ResolveEnv is the
+// whole of the container's environment.
+func PlainEnv(in []v1.EnvVar) []*runtimeapi.KeyValue {
 	var out []*runtimeapi.KeyValue
 	for _, e := range in {
 		if e.ValueFrom != nil {

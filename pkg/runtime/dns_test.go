@@ -80,7 +80,7 @@ func TestSandboxConfigCarriesIdentity(t *testing.T) {
 	if len(cfg.PortMappings) != 1 || cfg.PortMappings[0].HostPort != 8080 {
 		t.Errorf("port mappings %v", cfg.PortMappings)
 	}
-	c := ContainerConfig(pod, &pod.Spec.Containers[0], false, "img", 3)
+	c := ContainerConfig(pod, &pod.Spec.Containers[0], ContainerInputs{Image: "img", RestartCount: 3})
 	if c.LogPath != "c/3.log" || c.Annotations[AnnotationRestartCount] != "3" || c.Labels[LabelContainer] != "c" {
 		t.Errorf("container config %v", c)
 	}

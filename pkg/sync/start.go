@@ -145,7 +145,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 	if err != nil {
 		return wait
 	}
-	cfg := runtime.ContainerConfig(pod, c, init, image, restartCount)
+	cfg := runtime.ContainerConfig(pod, c, runtime.ContainerInputs{Init: init, Image: image, RestartCount: restartCount, Env: runtime.PlainEnv(c.Env)})
 	var id string
 	err = w.step(ctx, "createContainer:"+c.Name, func() error {
 		if err := os.MkdirAll(filepath.Join(sandboxCfg.LogDirectory, c.Name), logDirMode); err != nil {
