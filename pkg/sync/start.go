@@ -145,7 +145,13 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 	if err != nil {
 		return wait
 	}
-	cfg := runtime.ContainerConfig(pod, c, runtime.ContainerInputs{Init: init, Image: image, RestartCount: restartCount, Env: runtime.PlainEnv(c.Env)})
+	in, err := w.containerInputs(ctx, pod, c, init, image, restartCount, sandboxCfg)
+	if err != nil {
+		w.waiting[c.Name] = status.Waiting{Reason: reasonConfigError, Message: err.Error()}
+		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
+		return time.Second
+	}
+	cfg := runtime.ContainerConfig(pod, c, in)
 	var id string
 	err = w.step(ctx, "createContainer:"+c.Name, func() error {
 		if err := os.MkdirAll(filepath.Join(sandboxCfg.LogDirectory, c.Name), logDirMode); err != nil {
