@@ -128,6 +128,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		}
 		g.Go(func() error { return healthz.Run(gctx) })
 	}
+	nodeAPI, err := newNodeServer(cfg, client, cri.RuntimeService(), dispatcher.Pods)
+	if err != nil {
+		return err
+	}
+	g.Go(func() error { return nodeAPI.Run(gctx) })
 	g.Go(func() error { return nodeCtrl.Run(gctx) })
 	g.Go(func() error { return syncPodCIDR(gctx, client, cri, cfg.nodeName) })
 	g.Go(func() error { return statusMgr.Run(gctx) })

@@ -187,3 +187,22 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Pods returns the pods the agent runs: the latest desired spec of every
+// pod with a worker that the source still has. The pods are shared and
+// must not be modified.
+func (d *Dispatcher) Pods() []*v1.Pod {
+	d.mu.Lock()
+	workers := make([]*Worker, 0, len(d.workers))
+	for _, w := range d.workers {
+		workers = append(workers, w)
+	}
+	d.mu.Unlock()
+	pods := make([]*v1.Pod, 0, len(workers))
+	for _, w := range workers {
+		if pod, removed := w.latest(); pod != nil && !removed {
+			pods = append(pods, pod)
+		}
+	}
+	return pods
+}
