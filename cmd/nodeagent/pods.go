@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -18,6 +19,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/volume"
 )
 
 // eventComponent is the source of the agent's events: what `kubectl
@@ -116,4 +118,24 @@ func maxRestartBackoff(kc *kubeletv1beta1.KubeletConfiguration) time.Duration {
 		return d.Duration
 	}
 	return 0
+}
+
+// knownPods are the pods the node holds anything of: those in the runtime,
+// and those with a directory left on disk (found after a restart), so that
+// a pod the apiserver no longer has is cleaned up whatever is left of it.
+func knownPods(ctx context.Context, inRuntime []runtime.PodRef, volumes *volume.Manager) []runtime.PodRef {
+	seen := make(map[types.UID]bool, len(inRuntime))
+	for _, ref := range inRuntime {
+		seen[ref.UID] = true
+	}
+	onDisk, err := volumes.Reconstruct(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing pod directories failed")
+	}
+	for _, p := range onDisk {
+		if !seen[p.UID] {
+			inRuntime = append(inRuntime, runtime.PodRef{UID: p.UID})
+		}
+	}
+	return inRuntime
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -22,6 +23,7 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/server"
 	"github.com/nodeagent/nodeagent/pkg/status"
 	podsync "github.com/nodeagent/nodeagent/pkg/sync"
+	"github.com/nodeagent/nodeagent/pkg/volume"
 )
 
 // runtimeStartupWait is how long start-up waits for the CRI runtime to
@@ -96,22 +98,33 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	volumes, err := volume.NewManager(volume.Config{
+		RootDir:     cfg.rootDir,
+		Client:      client,
+		NodeName:    types.NodeName(cfg.nodeName),
+		Allocatable: nodeCtrl.Allocatable,
+	})
+	if err != nil {
+		return err
+	}
 	var source *config.APISource
 	dispatcher, err = podsync.NewDispatcher(podsync.Config{
-		Runtime:           cri,
-		Images:            cri,
-		Cache:             podEvents.Cache(),
-		Relister:          podEvents,
-		Status:            statusMgr,
-		Recorder:          recorder,
-		Secrets:           secretGetter{client: client},
-		PodOptions:        podOptions(cfg),
-		RootDir:           cfg.rootDir,
-		NodeIPs:           hostIPs(cfg),
-		RuntimeName:       version.RuntimeName,
-		Known:             podEvents.Cache().UIDs,
-		SourceSynced:      func() bool { return source.HasSynced() },
-		MaxRestartBackoff: maxRestartBackoff(kc),
+		Runtime:             cri,
+		Images:              cri,
+		Cache:               podEvents.Cache(),
+		Relister:            podEvents,
+		Status:              statusMgr,
+		Recorder:            recorder,
+		Secrets:             secretGetter{client: client},
+		Volumes:             volumes,
+		VolumeRefreshPeriod: kc.SyncFrequency.Duration,
+		PodOptions:          podOptions(cfg),
+		RootDir:             cfg.rootDir,
+		NodeIPs:             hostIPs(cfg),
+		RuntimeName:         version.RuntimeName,
+		Known:               func() []runtime.PodRef { return knownPods(ctx, podEvents.Cache().UIDs(), volumes) },
+		SourceSynced:        func() bool { return source.HasSynced() },
+		MaxRestartBackoff:   maxRestartBackoff(kc),
 	})
 	if err != nil {
 		return err

@@ -32,6 +32,8 @@ type Controller struct {
 
 	mu  sync.Mutex
 	uid types.UID // the registered Node's UID, read by the lease renewer
+
+	allocatable func() v1.ResourceList // read once
 }
 
 // New validates cfg and builds a Controller.
@@ -41,6 +43,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	cfg.setDefaults()
 	c := &Controller{cfg: cfg, health: runtimeHealth{downAfter: cfg.RuntimeDownAfter}}
+	c.allocatable = sync.OnceValue(c.readAllocatable)
 	c.lease = &leaseRenewer{
 		client:          cfg.Client,
 		clock:           cfg.Clock,
@@ -150,4 +153,20 @@ func (c *Controller) addresses() ([]v1.NodeAddress, error) {
 		ips = []net.IP{ip}
 	}
 	return nodeAddresses(ips, c.cfg.Hostname), nil
+}
+
+// Allocatable returns the node's allocatable resources as its status
+// reports them, read from the machine once: what pods may use in all, the
+// default of a container's limits in the downward API. Nil if the machine
+// cannot be read.
+func (c *Controller) Allocatable() v1.ResourceList {
+	return c.allocatable()
+}
+
+func (c *Controller) readAllocatable() v1.ResourceList {
+	m, err := c.cfg.Host.Read()
+	if err != nil {
+		return nil
+	}
+	return allocatable(capacity(m, c.cfg.MaxPods), c.cfg.KubeReserved, c.cfg.SystemReserved, c.cfg.EvictionHard)
 }

@@ -17,5 +17,14 @@ import (
 func (w *Worker) containerInputs(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, image string, restartCount int32, sandboxCfg *runtimeapi.PodSandboxConfig) (runtime.ContainerInputs, error) {
 	in := runtime.ContainerInputs{Init: init, Image: image, RestartCount: restartCount}
 	in.Env = runtime.PlainEnv(c.Env)
+	env := make(map[string]string, len(in.Env))
+	for _, kv := range in.Env {
+		env[kv.Key] = string(kv.Value)
+	}
+	mounts, err := w.volumeMounts(ctx, pod, c, env)
+	if err != nil {
+		return in, err
+	}
+	in.Mounts = append(in.Mounts, mounts...)
 	return in, nil
 }

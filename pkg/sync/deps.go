@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/volume"
 )
 
 // Runtime is what workers do to the container runtime.
@@ -53,4 +54,18 @@ type Recorder interface {
 // SecretGetter reads image pull secrets.
 type SecretGetter interface {
 	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+}
+
+// Volumes sets up and tears down pods' volumes (pkg/volume's Manager).
+type Volumes interface {
+	// MountPod sets up every volume of the pod; idempotent, and it
+	// refreshes API-backed contents. An error names each failed volume.
+	MountPod(ctx context.Context, pod *v1.Pod) (volume.Mounts, error)
+	// PrepareSubPath binds a volumeMount's subPath safely and returns the
+	// path the container binds.
+	PrepareSubPath(ctx context.Context, req volume.SubPathRequest) (string, error)
+	// UnmountPod tears down every volume and removes the pod directory.
+	UnmountPod(ctx context.Context, uid types.UID) error
+	// NextRefresh is when the pod's volumes next need a sync (tokens).
+	NextRefresh(uid types.UID) (time.Time, bool)
 }

@@ -19,6 +19,9 @@ import (
 // being woken.
 const DefaultResyncPeriod = 10 * time.Second
 
+// DefaultVolumeRefreshPeriod is the kubelet's default syncFrequency.
+const DefaultVolumeRefreshPeriod = time.Minute
+
 // orphanScanPeriod is how often the runtime is searched for pods the
 // apiserver no longer has.
 const orphanScanPeriod = 30 * time.Second
@@ -32,6 +35,7 @@ type Config struct {
 	Status   StatusWriter
 	Recorder Recorder
 	Secrets  SecretGetter
+	Volumes  Volumes
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// PodOptions shape every sandbox (log dir, cgroup parent, DNS).
@@ -46,6 +50,11 @@ type Config struct {
 	RuntimeName string
 	// ResyncPeriod defaults to DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// VolumeRefreshPeriod is how often a running pod's API-backed volume
+	// contents (configMap, secret, downward API) are brought up to date
+	// (syncFrequency); token refreshes come when due. Defaults to
+	// DefaultVolumeRefreshPeriod.
+	VolumeRefreshPeriod time.Duration
 	// MaxRestartBackoff caps the crash-loop back-off
 	// (crashLoopBackOff.maxContainerRestartPeriod); zero means 5 min.
 	MaxRestartBackoff time.Duration
@@ -69,8 +78,11 @@ type Dispatcher struct {
 
 // NewDispatcher validates cfg and builds a Dispatcher.
 func NewDispatcher(cfg Config) (*Dispatcher, error) {
-	if cfg.Runtime == nil || cfg.Images == nil || cfg.Cache == nil || cfg.Status == nil || cfg.Recorder == nil || cfg.Secrets == nil {
-		return nil, errors.New("sync: Runtime, Images, Cache, Status, Recorder and Secrets are required")
+	if cfg.Runtime == nil || cfg.Images == nil || cfg.Cache == nil || cfg.Status == nil || cfg.Recorder == nil || cfg.Secrets == nil || cfg.Volumes == nil {
+		return nil, errors.New("sync: Runtime, Images, Cache, Status, Recorder, Secrets and Volumes are required")
+	}
+	if cfg.VolumeRefreshPeriod <= 0 {
+		cfg.VolumeRefreshPeriod = DefaultVolumeRefreshPeriod
 	}
 	if cfg.Relister == nil {
 		cfg.Relister = noRelist{}

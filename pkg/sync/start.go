@@ -58,9 +58,12 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}()
 
-	if err := w.step(ctx, "podDirs", func() error { return w.makePodDirs(pod) }); err != nil {
-		return time.Second, false
+	// Volumes first: nothing of the pod is created until every one is set up.
+	wait, err := w.mountVolumes(ctx, pod)
+	if err != nil {
+		return wait, false
 	}
+	next = min(next, wait)
 	if plan.KillPod {
 		if err := w.killPod(ctx, pod, observed, gracePeriod(pod)); err != nil {
 			logger.Error(err, "Stopping the pod before recreating its sandbox failed")
@@ -177,18 +180,6 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 	delete(w.waiting, c.Name)
 	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventStarted, "Container started")
 	return 0
-}
-
-// makePodDirs creates the pod's directory under the agent's root, where
-// volumes and per-container data will live.
-func (w *Worker) makePodDirs(pod *v1.Pod) error {
-	dir := w.podDir(pod)
-	for _, d := range []string{dir, filepath.Join(dir, podDirVolumes), filepath.Join(dir, podDirPlugins), filepath.Join(dir, podDirContainerData)} {
-		if err := os.MkdirAll(d, podDirMode); err != nil {
-			return fmt.Errorf("create pod directory: %w", err)
-		}
-	}
-	return nil
 }
 
 func (w *Worker) podDir(pod *v1.Pod) string {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	gosync "sync"
 
 	"google.golang.org/grpc/codes"
@@ -105,7 +104,7 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	if len(observed.Containers)+len(observed.Sandboxes) > 0 {
 		w.acted()
 	}
-	if err := removeEmptyTree(w.podDir(pod)); err != nil {
+	if err := w.d.cfg.Volumes.UnmountPod(ctx, pod.UID); err != nil {
 		errs = append(errs, err)
 	}
 	if pod.Namespace != "" && pod.Name != "" {
@@ -117,30 +116,6 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		klog.FromContext(ctx).V(2).Info("Pod cleaned up")
 	}
 	return errors.Join(errs...)
-}
-
-// removeEmptyTree removes a pod directory whose leaves are empty
-// directories. It never deletes a file, so a volume still mounted inside
-// is left alone (and reported) rather than emptied.
-func removeEmptyTree(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("remove pod directory: %w", err)
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			if err := removeEmptyTree(filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove pod directory: %w", err)
-	}
-	return nil
 }
 
 // specContainer finds a container of the pod's spec by name and kind.

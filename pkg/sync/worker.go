@@ -45,6 +45,7 @@ type Worker struct {
 	waiting   map[string]status.Waiting
 	restarts  *backoff
 	pulls     *backoff
+	volumes   podVolumes
 }
 
 func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
@@ -181,6 +182,10 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			}
 			w.state = terminated
 		}
+		if err := w.releaseVolumes(ctx, pod); err != nil {
+			logger.Error(err, "Tearing down the volumes of a finished pod failed, will retry")
+			return time.Second, false
+		}
 		return resync, false
 	}
 	if reason, msg, exceeded := w.pastDeadline(pod); exceeded {
@@ -197,7 +202,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 		st := w.computeStatus(pod, final, true)
 		st.Phase, st.Reason, st.Message = v1.PodFailed, reason, msg
 		w.d.cfg.Status.SetFinal(pod, st)
-		return resync, false
+		return w.afterEnd(ctx, pod), false
 	}
 	next, ended := w.syncPod(ctx, pod, observed)
 	if ended {
@@ -211,13 +216,23 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			return 0, true
 		}
 		w.d.cfg.Status.SetFinal(pod, w.computeStatus(pod, final, true))
-		return resync, false
+		return w.afterEnd(ctx, pod), false
 	}
 	if d := pod.Spec.ActiveDeadlineSeconds; d != nil && pod.Status.StartTime != nil {
 		left := pod.Status.StartTime.Add(time.Duration(*d) * time.Second).Sub(w.d.cfg.Clock.Now())
 		next = min(next, max(left, 100*time.Millisecond))
 	}
 	return min(next, resync), false
+}
+
+// afterEnd tears down the volumes of a pod that has just ended and says
+// when to look again: soon if that failed.
+func (w *Worker) afterEnd(ctx context.Context, pod *v1.Pod) time.Duration {
+	if err := w.releaseVolumes(ctx, pod); err != nil {
+		klog.FromContext(ctx).Error(err, "Tearing down the volumes of a finished pod failed, will retry")
+		return time.Second
+	}
+	return w.d.cfg.ResyncPeriod
 }
 
 // Reason and message of a pod failed for running past activeDeadlineSeconds,

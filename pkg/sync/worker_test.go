@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodeagent/nodeagent/pkg/pleg"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/volume"
 )
 
 // fakeStatus records what the worker hands the status manager.
@@ -67,8 +68,13 @@ func newHarness(t *testing.T, pod *v1.Pod) *harness {
 	done := make(chan struct{})
 	go func() { _ = h.pleg.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	root := t.TempDir()
+	volumes, err := volume.NewManager(volume.Config{RootDir: root})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, err := NewDispatcher(Config{Runtime: h.rt, Images: h.img, Cache: h.pleg.Cache(), Relister: h.pleg,
-		Status: h.status, Recorder: h.recorder, Secrets: noSecrets{}, RootDir: t.TempDir(),
+		Status: h.status, Recorder: h.recorder, Secrets: noSecrets{}, Volumes: volumes, RootDir: root,
 		PodOptions: runtime.PodOptions{PodLogsDir: t.TempDir()}, NodeIPs: []string{"10.0.0.1"}, RuntimeName: "fake"})
 	if err != nil {
 		t.Fatal(err)

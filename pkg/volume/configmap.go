@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeagent/nodeagent/pkg/volume/atomic"
@@ -26,8 +27,12 @@ func (s objectSource) configMapData(ctx context.Context, ns, name string, option
 	}
 	cm, err := s.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		if apierrors.IsNotFound(err) && optional {
-			return nil, nil
+		if apierrors.IsNotFound(err) {
+			if optional {
+				return nil, nil
+			}
+			// The kubelet's words: `configmap "x" not found`.
+			return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmap"}, name)
 		}
 		return nil, fmt.Errorf("configMap %s/%s: %w", ns, name, err)
 	}
@@ -48,8 +53,11 @@ func (s objectSource) secretData(ctx context.Context, ns, name string, optional 
 	}
 	sec, err := s.client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		if apierrors.IsNotFound(err) && optional {
-			return nil, nil
+		if apierrors.IsNotFound(err) {
+			if optional {
+				return nil, nil
+			}
+			return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secret"}, name)
 		}
 		return nil, fmt.Errorf("secret %s/%s: %w", ns, name, err)
 	}

@@ -114,7 +114,7 @@ func TestMountPodKinds(t *testing.T) {
 			plugin: configMapPluginName, ro: true},
 		{name: "configMap missing", volume: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 			LocalObjectReference: v1.LocalObjectReference{Name: "gone"}}},
-			wantErr: `MountVolume.SetUp failed for volume "v" : configMap ns/gone: configmaps "gone" not found`},
+			wantErr: `MountVolume.SetUp failed for volume "v" : configmap "gone" not found`},
 		{name: "configMap missing optional", volume: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 			LocalObjectReference: v1.LocalObjectReference{Name: "gone"}, Optional: ptr(true)}},
 			files: map[string]string{}, plugin: configMapPluginName, ro: true},
@@ -128,7 +128,7 @@ func TestMountPodKinds(t *testing.T) {
 			files: map[string]string{"user": "u", "pass": "p"}, modes: map[string]os.FileMode{"pass": 0o400},
 			plugin: secretPluginName, ro: true, tmpfs: true},
 		{name: "secret missing", volume: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "nope"}},
-			wantErr: `secret ns/nope: secrets "nope" not found`},
+			wantErr: `secret "nope" not found`},
 		{name: "secret missing optional", volume: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "nope", Optional: ptr(true)}},
 			files: map[string]string{}, plugin: secretPluginName, ro: true, tmpfs: true},
 		{name: "downwardAPI", volume: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{Items: []v1.DownwardAPIVolumeFile{
@@ -148,7 +148,7 @@ func TestMountPodKinds(t *testing.T) {
 				{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "gone1"}}},
 				{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: "gone2"}}},
 			}}},
-			wantErr: `configmaps "gone1" not found` + "\n" + `secret ns/gone2: secrets "gone2" not found`},
+			wantErr: `configmap "gone1" not found` + "\n" + `secret "gone2" not found`},
 		{name: "hostPath", volume: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: hostDir}},
 			plugin: hostPathPluginName},
 		{name: "persistentVolumeClaim not supported yet", volume: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}},
