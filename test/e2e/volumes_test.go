@@ -65,7 +65,9 @@ func TestVolumeKindsReachTheContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.CoreV1().ConfigMaps(podNS).Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.CoreV1().ConfigMaps(podNS).Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+	})
 	sec, err := cs.CoreV1().Secrets(podNS).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "vol-secret-"},
 		Data:       map[string][]byte{"password": []byte("s3cret")},
@@ -189,7 +191,9 @@ func TestConfigMapUpdateReachesRunningPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.CoreV1().ConfigMaps(podNS).Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.CoreV1().ConfigMaps(podNS).Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+	})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "vol-update-", Namespace: podNS},
 		Spec: corev1.PodSpec{
