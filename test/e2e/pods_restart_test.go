@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -42,10 +44,25 @@ func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
 		if i == 0 {
 			pod.Spec.InitContainers = []corev1.Container{{Name: "init", Image: harness.BusyboxImage, Command: []string{"true"}}}
 		}
+		if i == 1 {
+			// Volumes survive too: the file the pod wrote stays, nothing is mounted again.
+			pod.Spec.Containers[0].Command = []string{"sh", "-c", "echo kept > /mem/f && echo kept > /disk/f && sleep 3600"}
+			pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "mem", MountPath: "/mem"}, {Name: "disk", MountPath: "/disk"}}
+			pod.Spec.Volumes = []corev1.Volume{
+				{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+				{Name: "disk", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			}
+		}
 		pods = append(pods, createPod(t, pod))
 	}
 	for _, pod := range pods {
 		before[pod.Name] = snapshot(waitPod(t, pod, 2*time.Minute, runningAndReady))
+	}
+	volPod := pods[1]
+	volDir := filepath.Join(agentRootDir(t), "pods", string(volPod.UID))
+	mountsBefore := harness.MountsUnder(volDir)
+	if len(mountsBefore) < 2 { // the tmpfs and the token volume
+		t.Fatalf("mounts of the volume pod before the restart: %v", mountsBefore)
 	}
 
 	pid := cfg.Pids()["agent"]
@@ -74,6 +91,14 @@ func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
 		b := before[pod.Name]
 		if after.sandbox == "" || after.sandbox != b.sandbox {
 			t.Errorf("pod %s: sandbox %q before, %q after (want the same, exactly one)", pod.Name, b.sandbox, after.sandbox)
+		}
+		if pod == volPod {
+			if after := harness.MountsUnder(volDir); !slices.Equal(after, mountsBefore) {
+				t.Errorf("the pod's mounts changed over the agent restart:\nbefore %v\nafter  %v", mountsBefore, after)
+			}
+			if out := mustExec(t, pod, "main", "cat", "/mem/f", "/disk/f"); out != "kept\nkept\n" {
+				t.Errorf("files the pod wrote, after the agent restart: %q", out)
+			}
 		}
 		for name, id := range b.containerIDs {
 			if after.containerIDs[name] != id || after.restarts[name] != b.restarts[name] {
