@@ -364,3 +364,94 @@ func TestVolumesTornDownWithThePod(t *testing.T) {
 		return nil
 	})
 }
+
+// TestVolumeCyclesLeaveNothing: 200 pods with one volume of each node-local kind (and a subPath)
+// created and deleted, ten at a time, leave no mount and no directory behind.
+func TestVolumeCyclesLeaveNothing(t *testing.T) {
+	t.Parallel()
+	requireNodeagent(t)
+	cs := framework.Client(t)
+	ctx := framework.Context(t, 10*time.Minute)
+	cm, err := cs.CoreV1().ConfigMaps(podNS).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "vol-cycle-"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().ConfigMaps(podNS).Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+	})
+	sec, err := cs.CoreV1().Secrets(podNS).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "vol-cycle-"}, Data: map[string][]byte{"k": []byte("v")},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Secrets(podNS).Delete(context.Background(), sec.Name, metav1.DeleteOptions{})
+	})
+	hostDir := filepath.Join(framework.Cluster(t).RunDir, "e2e-hostpath", fmt.Sprint("cycles-", time.Now().UnixNano()))
+	t.Cleanup(func() { _ = os.RemoveAll(hostDir) })
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	grace := int64(0)
+	spec := corev1.PodSpec{
+		TerminationGracePeriodSeconds: &grace,
+		Containers: []corev1.Container{sleeper("main",
+			corev1.VolumeMount{Name: "disk", MountPath: "/disk"},
+			corev1.VolumeMount{Name: "disk", MountPath: "/sub", SubPath: "s"},
+			corev1.VolumeMount{Name: "mem", MountPath: "/mem"},
+			corev1.VolumeMount{Name: "host", MountPath: "/host"},
+			corev1.VolumeMount{Name: "cm", MountPath: "/cm"},
+			corev1.VolumeMount{Name: "secret", MountPath: "/secret"},
+			corev1.VolumeMount{Name: "info", MountPath: "/info"},
+		)},
+		Volumes: []corev1.Volume{
+			{Name: "disk", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+			{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: &dirOrCreate}}},
+			{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}}},
+			{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: sec.Name}}},
+			{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+				Items: []corev1.DownwardAPIVolumeFile{{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			}}},
+		},
+	}
+	const total, batch = 200, 10
+	var uids []types.UID
+	for done := 0; done < total; done += batch {
+		var pods []*corev1.Pod
+		for range batch {
+			p, err := cs.CoreV1().Pods(podNS).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "vol-cycle-", Namespace: podNS}, Spec: *spec.DeepCopy(),
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods = append(pods, p)
+			uids = append(uids, p.UID)
+		}
+		for _, p := range pods {
+			waitPod(t, p, 2*time.Minute, runningAndReady)
+		}
+		for _, p := range pods {
+			if err := cs.CoreV1().Pods(podNS).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	podsDir := filepath.Join(agentRootDir(t), "pods")
+	framework.Eventually(t, 2*time.Minute, func() error {
+		var left []string
+		for _, uid := range uids {
+			dir := filepath.Join(podsDir, string(uid))
+			left = append(left, harness.MountsUnder(dir)...)
+			if _, err := os.Lstat(dir); err == nil {
+				left = append(left, dir)
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%d mounts or directories left after %d pods, e.g. %v", len(left), total, left[:min(len(left), 5)])
+		}
+		return nil
+	})
+}
