@@ -455,3 +455,64 @@ func TestVolumeCyclesLeaveNothing(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSubPathSymlinkSwapRace: one container flips a symlink between a directory inside the
+// volume and a path escaping it while the agent prepares another container's subPath on it.
+// Whatever the timing, the container gets the directory or a subPath error, never the host.
+func TestSubPathSymlinkSwapRace(t *testing.T) {
+	t.Parallel()
+	requireNodeagent(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "vol-swap-", Namespace: podNS},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{
+				Name: "prepare", Image: harness.BusyboxImage, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				Command: []string{"sh", "-c", "mkdir -p /data/real && touch /data/real/marker && ln -sfn real /data/link"},
+			}},
+			Containers: []corev1.Container{
+				{
+					Name: "flipper", Image: harness.BusyboxImage, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+					Command: []string{"sh", "-c", "cd /data; while true; do ln -sfn real link; ln -sfn ../../../../../../../.. link; ln -sfn / link; done"},
+				},
+				{
+					Name: "victim", Image: harness.BusyboxImage, VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/mnt", SubPath: "link"}},
+					// Anything but the volume's directory is evidence: exit 1 with what it saw.
+					Command: []string{"sh", "-c", "if [ -f /mnt/marker ]; then exec sleep 3600; fi; ls /mnt > /dev/termination-log; exit 1"},
+				},
+			},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	pod = createPod(t, pod)
+	// The agent retries a failed subPath on every sync: let it try a while, then look at what happened.
+	var sawError, sawRunning bool
+	deadline := time.Now().Add(40 * time.Second)
+	for time.Now().Before(deadline) {
+		p, err := framework.Client(t).CoreV1().Pods(podNS).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if st.Name != "victim" {
+				continue
+			}
+			if st.RestartCount > 0 || st.State.Terminated != nil || st.LastTerminationState.Terminated != nil {
+				t.Fatalf("the victim container ran without its volume's directory: %s %+v", describeStatuses(p.Status.ContainerStatuses), st.LastTerminationState.Terminated)
+			}
+			if w := st.State.Waiting; w != nil && w.Reason == "CreateContainerConfigError" {
+				if !strings.Contains(w.Message, "failed to prepare subPath") {
+					t.Errorf("victim waiting: %s, want the subPath message", w.Message)
+				}
+				sawError = true
+			}
+			if st.State.Running != nil {
+				sawRunning = true
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !sawError && !sawRunning {
+		t.Errorf("the victim container was neither refused nor running in 40 s")
+	}
+	t.Logf("subPath refused while escaping: %v; started on the real directory: %v", sawError, sawRunning)
+}
