@@ -107,6 +107,10 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	// As the kubelet: mount propagation of volumes needs the root dir shared.
+	if err := volumes.MakeRootShared(); err != nil {
+		return err
+	}
 	var source *config.APISource
 	dispatcher, err = podsync.NewDispatcher(podsync.Config{
 		Runtime:             cri,

@@ -47,9 +47,9 @@ func TestHostPathTypeCheck(t *testing.T) {
 		{name: "unset type checks nothing", path: missing, typ: v1.HostPathUnset},
 		{name: "directory", path: dir, typ: v1.HostPathDirectory},
 		{name: "directory is a file", path: file, typ: v1.HostPathDirectory,
-			wantErr: "hostPath type check failed: " + file + " is not a directory, it's a File"},
+			wantErr: "hostPath type check failed: " + file + " is not a directory"},
 		{name: "directory missing", path: missing, typ: v1.HostPathDirectory,
-			wantErr: "hostPath type check failed, " + missing + " is not a directory, unable to determine its type"},
+			wantErr: "hostPath type check failed: " + missing + " is not a directory"},
 		{name: "DirectoryOrCreate creates", path: filepath.Join(dir, "new/sub"), typ: v1.HostPathDirectoryOrCreate,
 			check: func(t *testing.T) {
 				fi, err := os.Stat(filepath.Join(dir, "new/sub"))
@@ -58,10 +58,10 @@ func TestHostPathTypeCheck(t *testing.T) {
 				}
 			}},
 		{name: "DirectoryOrCreate on a file", path: file, typ: v1.HostPathDirectoryOrCreate,
-			wantErr: "is not a directory, it's a File"},
+			wantErr: "is not a directory"},
 		{name: "file", path: file, typ: v1.HostPathFile},
 		{name: "file is a directory", path: dir, typ: v1.HostPathFile,
-			wantErr: "hostPath type check failed: " + dir + " is not a file, it's a Directory"},
+			wantErr: "hostPath type check failed: " + dir + " is not a file"},
 		{name: "FileOrCreate creates", path: filepath.Join(dir, "newfile"), typ: v1.HostPathFileOrCreate,
 			check: func(t *testing.T) {
 				fi, err := os.Stat(filepath.Join(dir, "newfile"))
@@ -73,13 +73,13 @@ func TestHostPathTypeCheck(t *testing.T) {
 			wantErr: "hostPath create"},
 		{name: "socket", path: sock, typ: v1.HostPathSocket},
 		{name: "socket is a file", path: file, typ: v1.HostPathSocket,
-			wantErr: "is not a socket file, it's a File"},
+			wantErr: "is not a socket file"},
 		{name: "char device", path: chr, typ: v1.HostPathCharDev, rootOnly: true},
 		{name: "char device is a block device", path: blk, typ: v1.HostPathCharDev, rootOnly: true,
-			wantErr: "is not a character device, it's a BlockDevice"},
+			wantErr: "is not a character device"},
 		{name: "block device", path: blk, typ: v1.HostPathBlockDev, rootOnly: true},
 		{name: "block device is a socket", path: sock, typ: v1.HostPathBlockDev,
-			wantErr: "is not a block device, it's a Socket"},
+			wantErr: "is not a block device"},
 		{name: "unknown type", path: dir, typ: "Fifo", wantErr: "Fifo is an invalid volume type"},
 		{name: "relative path", path: "etc", typ: v1.HostPathUnset, wantErr: "must be an absolute path"},
 		{name: "dot-dot in path", path: dir + "/../x", typ: v1.HostPathUnset, wantErr: "must not contain '..'"},

@@ -30,6 +30,8 @@ type mountPoint struct {
 	source string
 	// superOpts are the filesystem's options (e.g. "rw,size=65536k").
 	superOpts string
+	// shared is true for a mount in a shared peer group ("shared:N").
+	shared bool
 }
 
 // kernelMounter is the real mounter.
@@ -92,6 +94,11 @@ func parseMountInfo(r io.Reader) ([]mountPoint, error) {
 		}
 		if len(fields) > sep+3 {
 			mp.superOpts = fields[sep+3]
+		}
+		for _, opt := range fields[6:sep] {
+			if strings.HasPrefix(opt, "shared:") {
+				mp.shared = true
+			}
 		}
 		mps = append(mps, mp)
 	}

@@ -15,7 +15,7 @@ func TestParseMountInfo(t *testing.T) {
 	}{
 		{name: "tmpfs with size",
 			line: `36 35 0:44 / /var/lib/kubelet/pods/u/volumes/kubernetes.io~secret/s rw,relatime shared:20 - tmpfs tmpfs rw,size=65536k`,
-			want: mountPoint{path: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~secret/s", fstype: "tmpfs", source: "tmpfs", superOpts: "rw,size=65536k"}},
+			want: mountPoint{path: "/var/lib/kubelet/pods/u/volumes/kubernetes.io~secret/s", fstype: "tmpfs", source: "tmpfs", superOpts: "rw,size=65536k", shared: true}},
 		{name: "no optional fields",
 			line: `22 1 8:1 / / rw - ext4 /dev/sda1 rw,errors=remount-ro`,
 			want: mountPoint{path: "/", fstype: "ext4", source: "/dev/sda1", superOpts: "rw,errors=remount-ro"}},

@@ -516,3 +516,104 @@ func TestSubPathSymlinkSwapRace(t *testing.T) {
 	}
 	t.Logf("subPath refused while escaping: %v; started on the real directory: %v", sawError, sawRunning)
 }
+
+// TestMountPropagation: a privileged container's mount in a Bidirectional volume reaches the
+// host and, through it, a HostToContainer sibling; it is gone with the pod.
+func TestMountPropagation(t *testing.T) {
+	t.Parallel()
+	requireNodeagent(t)
+	cs := framework.Client(t)
+	ctx := framework.Context(t, 3*time.Minute)
+	bidi, h2c := corev1.MountPropagationBidirectional, corev1.MountPropagationHostToContainer
+	privileged := true
+	maker := sleeper("maker", corev1.VolumeMount{Name: "shared", MountPath: "/shared", MountPropagation: &bidi})
+	maker.SecurityContext = &corev1.SecurityContext{Privileged: &privileged}
+	maker.Command = []string{"sh", "-c", "mkdir -p /shared/m && mount -t tmpfs tmpfs /shared/m && echo propagated > /shared/m/f && trap 'umount /shared/m; exit 0' TERM; sleep 3600 & wait"}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "vol-propagation-", Namespace: podNS},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{maker, sleeper("watcher", corev1.VolumeMount{Name: "shared", MountPath: "/shared", MountPropagation: &h2c})},
+			Volumes:    []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	pod = waitPod(t, createPod(t, pod), 2*time.Minute, runningAndReady)
+	framework.Eventually(t, 30*time.Second, func() error {
+		out, err := podExec(t, pod, "watcher", "cat", "/shared/m/f")
+		if err != nil || out != "propagated\n" {
+			return fmt.Errorf("watcher reads %q (%v), want the file on the maker's tmpfs", out, err)
+		}
+		return nil
+	})
+	hostSide := filepath.Join(agentRootDir(t), "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", "shared", "m")
+	if got := harness.MountsUnder(hostSide); len(got) == 0 {
+		t.Errorf("the maker's mount did not reach the host at %s", hostSide)
+	}
+	zero := int64(0)
+	if err := cs.CoreV1().Pods(podNS).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	podDir := filepath.Join(agentRootDir(t), "pods", string(pod.UID))
+	framework.Eventually(t, time.Minute, func() error {
+		if got := harness.MountsUnder(podDir); len(got) > 0 {
+			return fmt.Errorf("mounts left after the pod was deleted: %v", got)
+		}
+		if _, err := os.Stat(podDir); !os.IsNotExist(err) {
+			return fmt.Errorf("pod directory still there: %v", err)
+		}
+		return nil
+	})
+}
+
+// TestHostPathTypeChecks: a hostPath of the wrong type holds the pod with the kubelet's message;
+// FileOrCreate creates the file.
+func TestHostPathTypeChecks(t *testing.T) {
+	t.Parallel()
+	requireNodeagent(t)
+	base := filepath.Join(framework.Cluster(t).RunDir, "e2e-hostpath", fmt.Sprint("types-", time.Now().UnixNano()))
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	if err := os.WriteFile(filepath.Join(base, "regular"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	typed := func(prefix, path string, typ corev1.HostPathType) *corev1.Pod {
+		return createPod(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: prefix, Namespace: podNS},
+			Spec: corev1.PodSpec{
+				Containers: []corev1.Container{sleeper("main", corev1.VolumeMount{Name: "h", MountPath: "/h"})},
+				Volumes:    []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}},
+			},
+		})
+	}
+	bad := []struct {
+		path string
+		typ  corev1.HostPathType
+		noun string
+	}{
+		{filepath.Join(base, "regular"), corev1.HostPathDirectory, "directory"},
+		{filepath.Join(base, "missing"), corev1.HostPathFile, "file"},
+		{filepath.Join(base, "regular"), corev1.HostPathSocket, "socket file"},
+		{"/dev/null", corev1.HostPathBlockDev, "block device"},
+	}
+	var pods []*corev1.Pod
+	for _, b := range bad {
+		pods = append(pods, typed("vol-hosttype-", b.path, b.typ))
+	}
+	created := typed("vol-hostcreate-", filepath.Join(base, "made"), corev1.HostPathFileOrCreate)
+	chardev := typed("vol-hostchar-", "/dev/null", corev1.HostPathCharDev)
+	for i, b := range bad {
+		want := fmt.Sprintf(`MountVolume.SetUp failed for volume "h" : hostPath type check failed: %s is not a %s`, b.path, b.noun)
+		framework.Eventually(t, time.Minute, func() error {
+			if ev := podEvents(t, pods[i]); !hasEvent(ev, "FailedMount", want) {
+				return fmt.Errorf("no FailedMount %q; events:\n%s", want, eventSummary(ev))
+			}
+			return nil
+		})
+	}
+	waitPod(t, created, 2*time.Minute, runningAndReady)
+	if fi, err := os.Stat(filepath.Join(base, "made")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("FileOrCreate did not create a file: %v", err)
+	}
+	waitPod(t, chardev, 2*time.Minute, runningAndReady)
+}
