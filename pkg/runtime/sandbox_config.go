@@ -20,6 +20,8 @@ type PodOptions struct {
 	CgroupParent string
 	// DNS is the cluster and host DNS configuration.
 	DNS DNSOptions
+	// Security holds the node's seccomp settings.
+	Security SecurityOptions
 }
 
 // PodLogDir is the pod's log directory: <podLogsDir>/<ns>_<name>_<uid>,
@@ -34,6 +36,10 @@ func SandboxConfig(pod *v1.Pod, attempt uint32, opts PodOptions) (*runtimeapi.Po
 	if err != nil {
 		return nil, err
 	}
+	security, err := sandboxSecurity(pod, opts.Security)
+	if err != nil {
+		return nil, err
+	}
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{
 			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
@@ -45,21 +51,10 @@ func SandboxConfig(pod *v1.Pod, attempt uint32, opts PodOptions) (*runtimeapi.Po
 		Labels:       sandboxLabels(pod),
 		Annotations:  copyMap(pod.Annotations),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: opts.CgroupParent,
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: namespaceOptions(pod),
-			},
+			CgroupParent:    opts.CgroupParent,
+			SecurityContext: security,
+			Sysctls:         podSysctls(pod),
 		},
-	}
-	if sc := pod.Spec.SecurityContext; sc != nil {
-		lsc := cfg.Linux.SecurityContext
-		if sc.RunAsUser != nil {
-			lsc.RunAsUser = &runtimeapi.Int64Value{Value: *sc.RunAsUser}
-		}
-		if sc.RunAsGroup != nil {
-			lsc.RunAsGroup = &runtimeapi.Int64Value{Value: *sc.RunAsGroup}
-		}
-		lsc.SupplementalGroups = sc.SupplementalGroups
 	}
 	return cfg, nil
 }
