@@ -97,6 +97,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	var source *config.APISource
+	env, envInformers := newEnvSource(client)
 	dispatcher, err = podsync.NewDispatcher(podsync.Config{
 		Runtime:           cri,
 		Images:            cri,
@@ -105,6 +106,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Status:            statusMgr,
 		Recorder:          recorder,
 		Secrets:           secretGetter{client: client},
+		Env:               env,
+		Allocatable:       nodeAllocatable{client: client, nodeName: cfg.nodeName},
 		PodOptions:        podOptions(cfg),
 		RootDir:           cfg.rootDir,
 		NodeIPs:           hostIPs(cfg),
@@ -134,6 +137,12 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return podEvents.Run(gctx) })
 	g.Go(func() error { return dispatcher.Run(gctx) })
 	g.Go(func() error { return source.Run(gctx) })
+	g.Go(func() error {
+		envInformers.Start(gctx.Done())
+		<-gctx.Done()
+		envInformers.Shutdown()
+		return nil
+	})
 	return g.Wait()
 }
 

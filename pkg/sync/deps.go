@@ -17,6 +17,7 @@ type Runtime interface {
 	RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandboxConfig, runtimeHandler string) (string, error)
 	StopPodSandbox(ctx context.Context, podSandboxID string) error
 	RemovePodSandbox(ctx context.Context, podSandboxID string) error
+	PodSandboxStatus(ctx context.Context, podSandboxID string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error)
 	CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error)
 	StartContainer(ctx context.Context, containerID string) error
 	StopContainer(ctx context.Context, containerID string, timeout int64) error
@@ -53,4 +54,10 @@ type Recorder interface {
 // SecretGetter reads image pull secrets.
 type SecretGetter interface {
 	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+}
+
+// NodeAllocatable reads the node's allocatable resources, which stand in
+// for the limits a container leaves unset in its downward API values.
+type NodeAllocatable interface {
+	Allocatable(ctx context.Context) (v1.ResourceList, error)
 }

@@ -32,6 +32,15 @@ type Config struct {
 	Status   StatusWriter
 	Recorder Recorder
 	Secrets  SecretGetter
+	// Env reads the configMaps, secrets and services containers'
+	// environments refer to; without it only plain values resolve.
+	Env runtime.EnvSource
+	// Allocatable is read for resourceFieldRef values of unset limits;
+	// without it they read as zero.
+	Allocatable NodeAllocatable
+	// HostsFile is the node's hosts file, copied for host-network pods;
+	// defaults to /etc/hosts.
+	HostsFile string
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// PodOptions shape every sandbox (log dir, cgroup parent, DNS).
@@ -77,6 +86,9 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.HostsFile == "" {
+		cfg.HostsFile = runtime.EtcHostsPath
 	}
 	if cfg.ResyncPeriod <= 0 {
 		cfg.ResyncPeriod = DefaultResyncPeriod

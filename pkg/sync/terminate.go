@@ -105,6 +105,9 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	if len(observed.Containers)+len(observed.Sandboxes) > 0 {
 		w.acted()
 	}
+	if err := removeContainerFiles(w.podDir(pod)); err != nil {
+		errs = append(errs, err)
+	}
 	if err := removeEmptyTree(w.podDir(pod)); err != nil {
 		errs = append(errs, err)
 	}

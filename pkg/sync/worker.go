@@ -45,6 +45,9 @@ type Worker struct {
 	waiting   map[string]status.Waiting
 	restarts  *backoff
 	pulls     *backoff
+	// podIPs are the addresses of the pod's current sandbox, known once
+	// the sandbox exists (the node's for a host-network pod).
+	podIPs []string
 }
 
 func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
