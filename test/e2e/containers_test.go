@@ -80,7 +80,7 @@ func TestContainerSeesItsEnvironment(t *testing.T) {
 	cs := framework.Client(t)
 	ctx := framework.Context(t, time.Minute)
 	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"},
-		Data: map[string]string{"greeting": "hello", "color": "blue", "bad key": "x"}}, metav1.CreateOptions{}); err != nil {
+		Data: map[string]string{"greeting": "hello", "color": "blue", "1digit": "x"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sec"},
@@ -105,7 +105,10 @@ func TestContainerSeesItsEnvironment(t *testing.T) {
 	c := &pod.Spec.Containers[0]
 	c.Command = []string{"sh", "-c", c.Command[2], "$(GREETING)", "$$(GREETING)"}
 	c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
-	c.EnvFrom = []corev1.EnvFromSource{{Prefix: "CM_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}
+	c.EnvFrom = []corev1.EnvFromSource{
+		{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}},
+		{Prefix: "CM_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}},
+	}
 	c.Env = []corev1.EnvVar{
 		{Name: "PLAIN", Value: "plain"},
 		{Name: "GREETING", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Key: "greeting"}}},
@@ -130,7 +133,7 @@ func TestContainerSeesItsEnvironment(t *testing.T) {
 	}
 	node := getNode(t)
 	want := map[string]string{
-		"PLAIN": "plain", "GREETING": "hello", "PASSWORD": "hunter2", "CM_greeting": "hello", "CM_color": "blue",
+		"PLAIN": "plain", "GREETING": "hello", "color": "blue", "CM_1digit": "x", "PASSWORD": "hunter2", "CM_greeting": "hello", "CM_color": "blue",
 		"COMPOSED": "hello-blue-$(PLAIN)-$(UNDEFINED)", "ARGS": "hello|$(GREETING)",
 		"POD_NAME": p.Name, "POD_NAMESPACE": ns, "POD_UID": string(p.UID), "APP": "env-test",
 		"NODE_NAME": p.Spec.NodeName, "SA": "default", "HOST_IP": p.Status.HostIP, "POD_IP": p.Status.PodIP,
@@ -150,7 +153,7 @@ func TestContainerSeesItsEnvironment(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], v)
 		}
 	}
-	for _, k := range []string{"OPTIONAL", "CM_bad key"} {
+	for _, k := range []string{"OPTIONAL", "1digit"} {
 		if _, ok := got[k]; ok {
 			t.Errorf("%s is set", k)
 		}
@@ -159,7 +162,7 @@ func TestContainerSeesItsEnvironment(t *testing.T) {
 		t.Logf("environment:\n%s", term.Message)
 	}
 	framework.Eventually(t, 30*time.Second, func() error {
-		if ev := podEvents(t, pod); !hasEvent(ev, "InvalidEnvironmentVariableNames", "Keys [CM_bad key] from the EnvFrom configMap "+ns+"/cfg were skipped") {
+		if ev := podEvents(t, pod); !hasEvent(ev, "InvalidEnvironmentVariableNames", "Keys [1digit] from the EnvFrom configMap "+ns+"/cfg were skipped") {
 			return fmt.Errorf("no InvalidEnvironmentVariableNames event:\n%s", eventSummary(ev))
 		}
 		return nil
@@ -216,7 +219,7 @@ func TestMissingConfigMapKeyHoldsContainer(t *testing.T) {
 // describes them.
 func TestSecurityContextReachesProcess(t *testing.T) {
 	t.Parallel()
-	const report = `{ id -u; id -g; id -G; grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; touch /probe 2>/dev/null && echo rw || echo ro; } > /dev/termination-log`
+	const report = `{ id -u; id -g; id -G; grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; touch /tmp/probe 2>/dev/null && echo rw || echo ro; } > /dev/termination-log`
 	for _, tc := range []struct {
 		name       string
 		mutate     func(*corev1.Pod)
