@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,10 +13,6 @@ import (
 
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
-
-// errServicesNotSynced is the kubelet's refusal to build an environment
-// before it has seen the services once: variables would be missing.
-var errServicesNotSynced = errors.New("services have not yet been read at least once, cannot construct envvars")
 
 // envSource reads what containers' environments refer to: configMaps and
 // secrets from the apiserver when a container is created, services from
@@ -48,7 +43,7 @@ func (e envSource) GetSecret(ctx context.Context, namespace, name string) (*v1.S
 
 func (e envSource) ListServices(_ context.Context, namespace string) ([]*v1.Service, error) {
 	if !e.synced() {
-		return nil, errServicesNotSynced
+		return nil, runtime.ErrServicesNotSynced
 	}
 	return e.services.Services(namespace).List(labels.Everything())
 }

@@ -46,6 +46,23 @@ type EnvInputs struct {
 // that are not valid variable names, as the kubelet names it.
 const EventInvalidEnvNames = "InvalidEnvironmentVariableNames"
 
+// ErrServicesNotSynced is what an EnvSource returns while it has not yet
+// seen the services once: a container created then would miss their
+// variables, so it waits (static pods excepted: they may be what brings
+// the apiserver up).
+var ErrServicesNotSynced = errors.New("services have not yet been read at least once, cannot construct envvars")
+
+// annotationConfigSource names where a pod came from, as the kubelet
+// marks it: "api" for the apiserver, "file" or "http" for static pods.
+const annotationConfigSource = "kubernetes.io/config.source"
+
+// isStaticPod says whether the pod came from a manifest rather than the
+// apiserver.
+func isStaticPod(pod *v1.Pod) bool {
+	src, ok := pod.Annotations[annotationConfigSource]
+	return ok && src != "api"
+}
+
 // masterServiceName is the default namespace's service whose variables
 // every pod gets, whatever its enableServiceLinks.
 const masterServiceName = "kubernetes"
@@ -72,6 +89,9 @@ func (e ResolvedEnv) Map() map[string]string {
 // must not be created.
 func ResolveEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, in EnvInputs) (ResolvedEnv, error) {
 	services, err := serviceEnv(ctx, pod, in.Source)
+	if errors.Is(err, ErrServicesNotSynced) && isStaticPod(pod) {
+		services, err = map[string]string{}, nil
+	}
 	if err != nil {
 		return ResolvedEnv{}, err
 	}
@@ -390,6 +410,9 @@ func serviceEnv(ctx context.Context, pod *v1.Pod, src EnvSource) (map[string]str
 	}
 	chosen := map[string]*v1.Service{}
 	defaults, err := src.ListServices(ctx, "default")
+	if errors.Is(err, ErrServicesNotSynced) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("failed to list services when setting up env vars: %w", err)
 	}

@@ -41,6 +41,7 @@ func TestExpandRefs(t *testing.T) {
 }
 
 type fakeEnvSource struct {
+	notSynced  bool
 	configMaps map[string]*v1.ConfigMap
 	secrets    map[string]*v1.Secret
 	services   map[string][]*v1.Service
@@ -61,6 +62,9 @@ func (f *fakeEnvSource) GetSecret(_ context.Context, ns, name string) (*v1.Secre
 }
 
 func (f *fakeEnvSource) ListServices(_ context.Context, ns string) ([]*v1.Service, error) {
+	if f.notSynced {
+		return nil, ErrServicesNotSynced
+	}
 	return f.services[ns], nil
 }
 
@@ -288,6 +292,20 @@ func TestResolveEnv(t *testing.T) {
 				"KUBERNETES_PORT_8443_TCP_PORT":  "8443",
 				"KUBERNETES_PORT_8443_TCP_ADDR":  "fd00::10",
 			},
+		},
+		{
+			name:    "services not yet seen",
+			mutate:  func(_ *v1.Pod, s *fakeEnvSource) { s.notSynced = true },
+			wantErr: "services have not yet been read at least once, cannot construct envvars",
+		},
+		{
+			name: "a static pod does not wait for services",
+			mutate: func(p *v1.Pod, s *fakeEnvSource) {
+				s.notSynced = true
+				p.Annotations["kubernetes.io/config.source"] = "file"
+				p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "A", Value: "a"}}
+			},
+			want: map[string]string{"A": "a"},
 		},
 		{
 			name: "default namespace pod without links gets only kubernetes",
