@@ -215,26 +215,34 @@ func TestMissingConfigMapKeyHoldsContainer(t *testing.T) {
 }
 
 // TestSecurityContextReachesProcess: users, groups, capabilities,
-// no_new_privs and a read-only root reach the process as the API
-// describes them.
+// no_new_privs, seccomp, a read-only root and pod sysctls reach the
+// process as the API describes them.
 func TestSecurityContextReachesProcess(t *testing.T) {
 	t.Parallel()
-	const report = `{ id -u; id -g; id -G; grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; touch /tmp/probe 2>/dev/null && echo rw || echo ro; } > /dev/termination-log`
+	const report = `{
+echo uid=$(id -u); echo gid=$(id -g); echo groups=$(id -G)
+sed -n -E 's/^(CapEff|CapBnd|NoNewPrivs|Seccomp):[[:space:]]*/\1=/p' /proc/self/status
+touch /tmp/probe 2>/dev/null && echo root=rw || echo root=ro
+echo shm_rmid_forced=$(cat /proc/sys/kernel/shm_rmid_forced)
+} > /dev/termination-log`
 	for _, tc := range []struct {
 		name       string
 		mutate     func(*corev1.Pod)
-		want       []string
+		want       map[string]string
 		groups     []string
 		privileged bool
 	}{
 		{
-			name: "non-root with groups and no escalation",
+			name: "non-root with groups, no escalation and the runtime's seccomp profile",
 			mutate: func(p *corev1.Pod) {
 				p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](3000),
-					FSGroup: ptr.To[int64](2000), SupplementalGroups: []int64{4000}}
+					FSGroup: ptr.To[int64](2000), SupplementalGroups: []int64{4000},
+					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					Sysctls:        []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "1"}}}
 				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}
 			},
-			want:   []string{"1000", "3000", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "rw"},
+			want: map[string]string{"uid": "1000", "gid": "3000", "CapEff": "0000000000000000", "NoNewPrivs": "1",
+				"Seccomp": "2", "root": "rw", "shm_rmid_forced": "1"},
 			groups: []string{"2000", "3000", "4000"},
 		},
 		{
@@ -243,14 +251,15 @@ func TestSecurityContextReachesProcess(t *testing.T) {
 				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}}}
 			},
-			want: []string{"0", "0", "CapEff:\t0000000000001000", "NoNewPrivs:\t0", "ro"},
+			want: map[string]string{"uid": "0", "gid": "0", "CapEff": "0000000000001000", "NoNewPrivs": "0",
+				"Seccomp": "0", "root": "ro", "shm_rmid_forced": "0"},
 		},
 		{
 			name: "privileged",
 			mutate: func(p *corev1.Pod) {
 				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 			},
-			want:       []string{"0", "0", "NoNewPrivs:\t0", "rw"},
+			want:       map[string]string{"uid": "0", "gid": "0", "NoNewPrivs": "0", "root": "rw"},
 			privileged: true,
 		},
 	} {
@@ -260,25 +269,22 @@ func TestSecurityContextReachesProcess(t *testing.T) {
 			tc.mutate(pod)
 			pod = createPod(t, pod)
 			term := terminated(t, pod)
-			lines := strings.Split(strings.TrimSpace(term.Message), "\n")
-			if term.ExitCode != 0 || len(lines) != 7 {
+			if term.ExitCode != 0 {
 				t.Fatalf("exit %d, report %q", term.ExitCode, term.Message)
 			}
-			capEff, capBnd := strings.TrimPrefix(lines[3], "CapEff:\t"), strings.TrimPrefix(lines[4], "CapBnd:\t")
-			got := []string{lines[0], lines[1], "CapEff:\t" + capEff, lines[5], lines[6]}
-			if tc.privileged {
-				// Every capability the kernel has, whatever their number.
-				if capEff != capBnd || capEff <= "00000000a80425fb" {
-					t.Errorf("privileged CapEff %s CapBnd %s, want every capability", capEff, capBnd)
+			got := envOf(term.Message)
+			for k, v := range tc.want {
+				if got[k] != v {
+					t.Errorf("%s = %q, want %q (report %q)", k, got[k], v, term.Message)
 				}
-				got = []string{lines[0], lines[1], lines[5], lines[6]}
 			}
-			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
-				t.Errorf("saw %q, want %q (report %q)", got, tc.want, term.Message)
+			if tc.privileged && (got["CapEff"] != got["CapBnd"] || got["CapEff"] <= "00000000a80425fb") {
+				// Every capability the kernel has, whatever their number.
+				t.Errorf("privileged CapEff %s CapBnd %s, want every capability", got["CapEff"], got["CapBnd"])
 			}
 			for _, g := range tc.groups {
-				if !strings.Contains(" "+lines[2]+" ", " "+g+" ") {
-					t.Errorf("groups %q lack %s", lines[2], g)
+				if !strings.Contains(" "+got["groups"]+" ", " "+g+" ") {
+					t.Errorf("groups %q lack %s", got["groups"], g)
 				}
 			}
 		})
