@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestHostsFile(t *testing.T) {
@@ -58,5 +59,47 @@ func TestMountsEtcHosts(t *testing.T) {
 	c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{MountPath: "/etc/hosts/"})
 	if !MountsEtcHosts(c) {
 		t.Error("/etc/hosts mount missed")
+	}
+}
+
+func TestSandboxHostname(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*v1.Pod)
+		want    string
+		wantErr string
+	}{
+		{name: "pod name", want: "web-0"},
+		{name: "spec hostname", mutate: func(p *v1.Pod) { p.Spec.Hostname = "db" }, want: "db"},
+		{name: "subdomain alone keeps the short name", mutate: func(p *v1.Pod) { p.Spec.Subdomain = "sub" }, want: "web-0"},
+		{name: "setHostnameAsFQDN", mutate: func(p *v1.Pod) {
+			p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = "sub", ptr.To(true)
+		}, want: "web-0.sub.ns.svc.cluster.local"},
+		{name: "setHostnameAsFQDN without subdomain", mutate: func(p *v1.Pod) { p.Spec.SetHostnameAsFQDN = ptr.To(true) }, want: "web-0"},
+		{name: "FQDN too long", mutate: func(p *v1.Pod) {
+			p.Spec.Hostname, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = strings.Repeat("h", 40), "sub", ptr.To(true)
+		}, wantErr: "failed to construct FQDN from pod hostname and cluster domain, FQDN " + strings.Repeat("h", 40) +
+			".sub.ns.svc.cluster.local is too long (64 characters is the max, 65 characters requested)"},
+		{name: "host network", mutate: func(p *v1.Pod) { p.Spec.HostNetwork = true }, want: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns", UID: "u"}}
+			if tc.mutate != nil {
+				tc.mutate(p)
+			}
+			cfg, err := SandboxConfig(p, 0, PodOptions{DNS: DNSOptions{ClusterDomain: "cluster.local"}})
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Hostname != tc.want {
+				t.Errorf("hostname %q, want %q", cfg.Hostname, tc.want)
+			}
+		})
 	}
 }

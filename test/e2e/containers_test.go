@@ -321,7 +321,7 @@ func TestManagedEtcHosts(t *testing.T) {
 	aliases := []corev1.HostAlias{{IP: "10.123.0.1", Hostnames: []string{"foo.remote", "bar.remote"}}}
 	t.Run("pod network", func(t *testing.T) {
 		t.Parallel()
-		pod := reportPod(podNS, "hosts", "cat /etc/hosts > /dev/termination-log")
+		pod := reportPod(podNS, "hosts", "{ cat /etc/hosts; echo hostname=$(hostname); } > /dev/termination-log")
 		pod.Spec.Hostname, pod.Spec.Subdomain, pod.Spec.HostAliases = "db-0", "db", aliases
 		pod = createPod(t, pod)
 		term := terminated(t, pod)
@@ -333,10 +333,21 @@ func TestManagedEtcHosts(t *testing.T) {
 			"# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n",
 			fmt.Sprintf("%s\tdb-0.db.%s.svc.%s\tdb-0\n", p.Status.PodIP, podNS, harness.ClusterDomain),
 			"\n# Entries added by HostAliases.\n10.123.0.1\tfoo.remote\tbar.remote\n",
+			"\nhostname=db-0\n",
 		} {
 			if !strings.Contains(term.Message, want) {
 				t.Errorf("/etc/hosts lacks %q:\n%s", want, term.Message)
 			}
+		}
+	})
+	t.Run("hostname as FQDN", func(t *testing.T) {
+		t.Parallel()
+		pod := reportPod(podNS, "fqdn", "hostname > /dev/termination-log")
+		pod.Spec.Hostname, pod.Spec.Subdomain, pod.Spec.SetHostnameAsFQDN = "web", "sub", ptr.To(true)
+		pod = createPod(t, pod)
+		term := terminated(t, pod)
+		if want := fmt.Sprintf("web.sub.%s.svc.%s\n", podNS, harness.ClusterDomain); term.Message != want {
+			t.Errorf("hostname %q, want %q", term.Message, want)
 		}
 	})
 	t.Run("host network", func(t *testing.T) {
