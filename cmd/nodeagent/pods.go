@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path"
+	"path/filepath"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,6 +26,10 @@ import (
 // eventComponent is the source of the agent's events: what `kubectl
 // describe` shows in its From column, as for a kubelet.
 const eventComponent = "kubelet"
+
+// seccompDir holds Localhost seccomp profiles under the root dir, where
+// the kubelet looks for them.
+const seccompDir = "seccomp"
 
 // podCIDRPollPeriod is how often the node's pod CIDR is looked up until
 // the controller manager has assigned one.
@@ -60,6 +65,10 @@ func podOptions(cfg *agentConfig) runtime.PodOptions {
 		PodLogsDir:   kc.PodLogsDir,
 		CgroupParent: parent,
 		DNS:          runtime.DNSOptions{ClusterDNS: kc.ClusterDNS, ClusterDomain: kc.ClusterDomain, ResolvConf: resolv},
+		Security: runtime.SecurityOptions{
+			SeccompDefault:     kc.SeccompDefault != nil && *kc.SeccompDefault,
+			SeccompProfileRoot: filepath.Join(cfg.rootDir, seccompDir),
+		},
 	}
 }
 

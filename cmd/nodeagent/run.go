@@ -112,6 +112,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	var source *config.APISource
+	env, envInformers := newEnvSource(client)
 	dispatcher, err = podsync.NewDispatcher(podsync.Config{
 		Runtime:             cri,
 		Images:              cri,
@@ -121,6 +122,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Recorder:            recorder,
 		Secrets:             secretGetter{client: client},
 		Volumes:             volumes,
+		Env:                 env,
+		Allocatable:         nodeCtrl.Allocatable,
 		VolumeRefreshPeriod: kc.SyncFrequency.Duration,
 		PodOptions:          podOptions(cfg),
 		RootDir:             cfg.rootDir,
@@ -156,6 +159,12 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return podEvents.Run(gctx) })
 	g.Go(func() error { return dispatcher.Run(gctx) })
 	g.Go(func() error { return source.Run(gctx) })
+	g.Go(func() error {
+		envInformers.Start(gctx.Done())
+		<-gctx.Done()
+		envInformers.Shutdown()
+		return nil
+	})
 	return g.Wait()
 }
 

@@ -57,6 +57,8 @@ type sandboxEntry struct {
 type containerEntry struct {
 	state runtimeapi.ContainerState
 	st    *runtimeapi.ContainerStatus
+	// message is an exited container's termination message, read once.
+	message string
 }
 
 // New builds a PLEG.
@@ -155,10 +157,12 @@ func (p *PLEG) Relist(ctx context.Context) error {
 			e = containerEntry{state: c.GetState()}
 			if resp, err := p.cfg.Runtime.ContainerStatus(ctx, c.GetId(), false); err == nil {
 				e.st = resp.GetStatus()
+				e.message = runtime.TerminationMessage(e.st)
 			}
 		}
 		seenC[c.GetId()] = e
 		if s, ref, ok := runtime.ContainerFromCRI(c, e.st); ok {
+			s.TerminationMessage = e.message
 			podOf(ref).Containers = append(podOf(ref).Containers, s)
 		}
 	}

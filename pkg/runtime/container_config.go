@@ -29,6 +29,12 @@ type ContainerInputs struct {
 	// Mounts are the container's binds: volumes, /etc/hosts, the
 	// termination message file.
 	Mounts []*runtimeapi.Mount
+	// Security is the container's resolved security context
+	// (ContainerSecurity); nil gives the runtime's defaults.
+	Security *runtimeapi.LinuxContainerSecurityContext
+	// Command and Args replace the spec's when set: they are the spec's
+	// with $(VAR) references expanded (ExpandCommand).
+	Command, Args []string
 }
 
 // ContainerConfig translates one container of a pod into the config the
@@ -38,8 +44,8 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: c.Image},
-		Command:     c.Command,
-		Args:        c.Args,
+		Command:     orElse(in.Command, c.Command),
+		Args:        orElse(in.Args, c.Args),
 		WorkingDir:  c.WorkingDir,
 		Envs:        in.Env,
 		Mounts:      in.Mounts,
@@ -49,48 +55,17 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 		Stdin:       c.Stdin,
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,
-		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: containerSecurity(pod, c)},
+		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: in.Security},
+	}
+	if cfg.Linux.SecurityContext == nil {
+		cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}
 	}
 	return cfg
 }
 
-// PlainEnv passes the plain-valued variables only; ResolveEnv is the
-// whole of the container's environment.
-func PlainEnv(in []v1.EnvVar) []*runtimeapi.KeyValue {
-	var out []*runtimeapi.KeyValue
-	for _, e := range in {
-		if e.ValueFrom != nil {
-			continue
-		}
-		out = append(out, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
+func orElse(a, b []string) []string {
+	if a != nil {
+		return a
 	}
-	return out
-}
-
-func containerSecurity(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerSecurityContext {
-	sc := &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}
-	if psc := pod.Spec.SecurityContext; psc != nil {
-		if psc.RunAsUser != nil {
-			sc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
-		}
-		if psc.RunAsGroup != nil {
-			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
-		}
-		sc.SupplementalGroups = psc.SupplementalGroups
-	}
-	if csc := c.SecurityContext; csc != nil {
-		if csc.RunAsUser != nil {
-			sc.RunAsUser = &runtimeapi.Int64Value{Value: *csc.RunAsUser}
-		}
-		if csc.RunAsGroup != nil {
-			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *csc.RunAsGroup}
-		}
-		if csc.Privileged != nil {
-			sc.Privileged = *csc.Privileged
-		}
-		if csc.ReadOnlyRootFilesystem != nil {
-			sc.ReadonlyRootfs = *csc.ReadOnlyRootFilesystem
-		}
-	}
-	return sc
+	return b
 }

@@ -57,6 +57,9 @@ type ContainerStatus struct {
 	Hash string
 	// User is the identity the process runs as, when the runtime says.
 	User *ContainerUser
+	// TerminationMessage is what an exited container left as its
+	// termination message (TerminationMessage), read once it exited.
+	TerminationMessage string
 }
 
 // ContainerUser is the Linux identity of a container's process.
@@ -127,15 +130,22 @@ func SandboxFromCRI(sb *runtimeapi.PodSandbox, st *runtimeapi.PodSandboxStatus) 
 		Ready:     sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY,
 		CreatedAt: time.Unix(0, sb.GetCreatedAt()),
 	}
+	out.IPs = SandboxIPs(st)
+	return out, ref, true
+}
+
+// SandboxIPs are a sandbox's addresses, primary first.
+func SandboxIPs(st *runtimeapi.PodSandboxStatus) []string {
+	var ips []string
 	if ip := st.GetNetwork().GetIp(); ip != "" {
-		out.IPs = append(out.IPs, ip)
+		ips = append(ips, ip)
 	}
 	for _, ip := range st.GetNetwork().GetAdditionalIps() {
 		if ip.GetIp() != "" {
-			out.IPs = append(out.IPs, ip.GetIp())
+			ips = append(ips, ip.GetIp())
 		}
 	}
-	return out, ref, true
+	return ips
 }
 
 // ContainerFromCRI builds the observed container from a list entry and

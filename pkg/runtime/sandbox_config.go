@@ -3,7 +3,6 @@ package runtime
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -20,6 +19,8 @@ type PodOptions struct {
 	CgroupParent string
 	// DNS is the cluster and host DNS configuration.
 	DNS DNSOptions
+	// Security holds the node's seccomp settings.
+	Security SecurityOptions
 }
 
 // PodLogDir is the pod's log directory: <podLogsDir>/<ns>_<name>_<uid>,
@@ -34,51 +35,53 @@ func SandboxConfig(pod *v1.Pod, attempt uint32, opts PodOptions) (*runtimeapi.Po
 	if err != nil {
 		return nil, err
 	}
+	security, err := sandboxSecurity(pod, opts.Security)
+	if err != nil {
+		return nil, err
+	}
+	hostname, err := podHostname(pod, opts.DNS.ClusterDomain)
+	if err != nil {
+		return nil, err
+	}
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{
 			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
 		},
-		Hostname:     podHostname(pod),
+		Hostname:     hostname,
 		LogDirectory: PodLogDir(opts.PodLogsDir, pod),
 		DnsConfig:    dns,
 		PortMappings: portMappings(pod),
 		Labels:       sandboxLabels(pod),
 		Annotations:  copyMap(pod.Annotations),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: opts.CgroupParent,
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: namespaceOptions(pod),
-			},
+			CgroupParent:    opts.CgroupParent,
+			SecurityContext: security,
+			Sysctls:         podSysctls(pod),
 		},
-	}
-	if sc := pod.Spec.SecurityContext; sc != nil {
-		lsc := cfg.Linux.SecurityContext
-		if sc.RunAsUser != nil {
-			lsc.RunAsUser = &runtimeapi.Int64Value{Value: *sc.RunAsUser}
-		}
-		if sc.RunAsGroup != nil {
-			lsc.RunAsGroup = &runtimeapi.Int64Value{Value: *sc.RunAsGroup}
-		}
-		lsc.SupplementalGroups = sc.SupplementalGroups
 	}
 	return cfg, nil
 }
 
+// maxFQDNLen is the longest name the kernel's nodename field holds.
+const maxFQDNLen = 64
+
 // podHostname is the pod's hostname: spec.hostname or the pod name,
-// truncated to a DNS label. Host-network pods get none: they share the
-// host's UTS namespace and its name.
-func podHostname(pod *v1.Pod) string {
+// truncated to a DNS label, or with setHostnameAsFQDN its fully
+// qualified name. Host-network pods get none: they share the host's UTS
+// namespace and its name.
+func podHostname(pod *v1.Pod, clusterDomain string) (string, error) {
 	if pod.Spec.HostNetwork {
-		return ""
+		return "", nil
 	}
-	h := pod.Name
-	if pod.Spec.Hostname != "" {
-		h = pod.Spec.Hostname
+	host, domain := PodHostnameAndDomain(pod, clusterDomain)
+	if domain == "" || pod.Spec.SetHostnameAsFQDN == nil || !*pod.Spec.SetHostnameAsFQDN {
+		return host, nil
 	}
-	if len(h) > maxHostnameLen {
-		h = strings.TrimRight(h[:maxHostnameLen], "-.")
+	fqdn := host + "." + domain
+	if len(fqdn) > maxFQDNLen {
+		return "", fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (%d characters is the max, %d characters requested)", fqdn, maxFQDNLen, len(fqdn))
 	}
-	return h
+	return fqdn, nil
 }
 
 func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {

@@ -87,6 +87,7 @@ func Compute(in Input) v1.PodStatus {
 		st.Phase = old.Phase
 	}
 	st.Conditions = conditions(pod, &st, in)
+	runtime.TrimTerminationMessages(pod, &st)
 	return st
 }
 
@@ -174,8 +175,15 @@ func containerState(o *runtime.ContainerStatus, runtimeName string) v1.Container
 		if o.State == runtime.ContainerUnknown {
 			reason = "ContainerStatusUnknown"
 		}
+		msg := o.Message
+		if o.TerminationMessage != "" {
+			if msg != "" {
+				msg += ": "
+			}
+			msg += o.TerminationMessage
+		}
 		return v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
-			ExitCode: o.ExitCode, Reason: reason, Message: o.Message,
+			ExitCode: o.ExitCode, Reason: reason, Message: msg,
 			StartedAt: timeOrZero(o.StartedAt), FinishedAt: timeOrZero(o.FinishedAt),
 			ContainerID: runtimeName + "://" + o.ID,
 		}}

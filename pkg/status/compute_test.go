@@ -171,3 +171,23 @@ func TestMergeNeverRevertsTerminalPhase(t *testing.T) {
 		t.Errorf("conditions = %+v, want Ready then the scheduler's PodScheduled", got.Conditions)
 	}
 }
+
+func TestComputeTerminationMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name, runtimeMsg, termMsg, want string
+	}{
+		{name: "file only", termMsg: "bye", want: "bye"},
+		{name: "runtime's message first", runtimeMsg: "OOMKilled", termMsg: "bye", want: "OOMKilled: bye"},
+		{name: "runtime's only", runtimeMsg: "oops", want: "oops"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ctr("c", runtime.ContainerExited, 1)
+			c.Message, c.TerminationMessage = tc.runtimeMsg, tc.termMsg
+			st := Compute(Input{Pod: pod(v1.RestartPolicyNever), Observed: observed(c), Now: t0})
+			term := st.ContainerStatuses[0].State.Terminated
+			if term == nil || term.Message != tc.want {
+				t.Errorf("terminated %+v, want message %q", term, tc.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -10,21 +11,74 @@ import (
 )
 
 // containerInputs gathers what one container's config needs beyond its
-// spec: its resolved environment and its mounts. An error is the
+// spec: its resolved environment and command, its security context
+// (checked against its image's user) and its mounts. An error is the
 // container's CreateContainerConfigError (a missing configMap key, a
-// volume that is not mounted): the container is not created and the
-// message says what is missing.
+// root image under runAsNonRoot, a volume that is not mounted): the
+// container is not created and the message says what is missing.
 func (w *Worker) containerInputs(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, image string, restartCount int32, sandboxCfg *runtimeapi.PodSandboxConfig) (runtime.ContainerInputs, error) {
 	in := runtime.ContainerInputs{Init: init, Image: image, RestartCount: restartCount}
-	in.Env = runtime.PlainEnv(c.Env)
-	env := make(map[string]string, len(in.Env))
-	for _, kv := range in.Env {
-		env[kv.Key] = string(kv.Value)
+	env, err := runtime.ResolveEnv(ctx, pod, c, runtime.EnvInputs{
+		Source:      w.d.cfg.Env,
+		PodIPs:      w.podIPs,
+		HostIPs:     w.d.cfg.NodeIPs,
+		Allocatable: w.allocatable(c),
+		Warn: func(reason, msg string) {
+			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, reason, msg)
+		},
+	})
+	if err != nil {
+		return in, err
 	}
-	mounts, err := w.volumeMounts(ctx, pod, c, env)
+	in.Env = env.Vars
+	vars := env.Map()
+	in.Command, in.Args = runtime.ExpandCommand(c.Command, vars), runtime.ExpandCommand(c.Args, vars)
+
+	user, err := w.imageUser(ctx, image)
+	if err != nil {
+		return in, err
+	}
+	if err := runtime.VerifyRunAsNonRoot(pod, c, user); err != nil {
+		return in, err
+	}
+	if in.Security, err = runtime.ContainerSecurity(pod, c, w.d.cfg.PodOptions.Security, user); err != nil {
+		return in, err
+	}
+
+	mounts, err := w.volumeMounts(ctx, pod, c, vars)
 	if err != nil {
 		return in, err
 	}
 	in.Mounts = append(in.Mounts, mounts...)
+
+	hosts, err := w.etcHostsMount(pod, c)
+	if err != nil {
+		return in, err
+	}
+	in.Mounts = append(in.Mounts, hosts...)
+	in.Mounts = append(in.Mounts, w.terminationMessageMount(ctx, pod, c)...)
 	return in, nil
+}
+
+// imageUser reads the user the container's image runs as.
+func (w *Worker) imageUser(ctx context.Context, image string) (runtime.ImageUser, error) {
+	resp, err := w.d.cfg.Images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: image}, false)
+	if err != nil {
+		return runtime.ImageUser{}, fmt.Errorf("read the user of image %q: %w", image, err)
+	}
+	return runtime.ImageUserOf(resp.GetImage()), nil
+}
+
+// allocatable is the node's allocatable resources when the container has
+// a downward API resource value to resolve.
+func (w *Worker) allocatable(c *v1.Container) v1.ResourceList {
+	if w.d.cfg.Allocatable == nil {
+		return nil
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+			return w.d.cfg.Allocatable()
+		}
+	}
+	return nil
 }

@@ -36,6 +36,15 @@ type Config struct {
 	Recorder Recorder
 	Secrets  SecretGetter
 	Volumes  Volumes
+	// Env reads the configMaps, secrets and services containers'
+	// environments refer to; without it only plain values resolve.
+	Env runtime.EnvSource
+	// Allocatable is read for resourceFieldRef values of unset limits;
+	// without it they read as zero.
+	Allocatable func() v1.ResourceList
+	// HostsFile is the node's hosts file, copied for host-network pods;
+	// defaults to /etc/hosts.
+	HostsFile string
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// PodOptions shape every sandbox (log dir, cgroup parent, DNS).
@@ -89,6 +98,9 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.HostsFile == "" {
+		cfg.HostsFile = runtime.EtcHostsPath
 	}
 	if cfg.ResyncPeriod <= 0 {
 		cfg.ResyncPeriod = DefaultResyncPeriod

@@ -106,6 +106,8 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}
 
+	w.podIPs = w.sandboxIPs(ctx, pod, observed, sandboxID)
+
 	if plan.NextInit >= 0 {
 		c := &pod.Spec.InitContainers[plan.NextInit]
 		if wait := w.startContainer(ctx, pod, c, true, observed, sandboxID, sandboxCfg); wait > 0 {

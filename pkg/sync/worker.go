@@ -46,6 +46,9 @@ type Worker struct {
 	restarts  *backoff
 	pulls     *backoff
 	volumes   podVolumes
+	// podIPs are the addresses of the pod's current sandbox, known once
+	// the sandbox exists (the node's for a host-network pod).
+	podIPs []string
 }
 
 func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
