@@ -58,7 +58,9 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	var podEvents *pleg.PLEG // built below; the node's readiness includes its health
 	nodeCtrl, err := node.New(node.Config{
+		HealthChecks:           []node.HealthCheck{{Name: "PLEG", Check: func() error { return podEvents.Healthy() }}},
 		NodeName:               cfg.nodeName,
 		Hostname:               cfg.hostname,
 		Client:                 client,
@@ -94,7 +96,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	var dispatcher *podsync.Dispatcher
-	podEvents, err := pleg.New(pleg.Config{Runtime: cri, OnChange: func(ref runtime.PodRef) { dispatcher.Wake(ref) }})
+	podEvents, err = pleg.New(pleg.Config{Runtime: cri, OnChange: func(ref runtime.PodRef) { dispatcher.Wake(ref) }})
 	if err != nil {
 		return err
 	}

@@ -100,8 +100,10 @@ func describeCondition(c *runtimeapi.RuntimeCondition) string {
 	return fmt.Sprintf("%s=%t reason:%s message:%s", c.Type, c.Status, c.Reason, c.Message)
 }
 
-// notReady is the reason the node is not Ready at now, or nil.
-func (h *runtimeHealth) notReady(now time.Time) error {
+// notReady is the reason the node is not Ready at now, or nil. failed
+// are the agent's own health checks that failed; they count with the
+// runtime's errors, as in the kubelet.
+func (h *runtimeHealth) notReady(now time.Time, failed ...error) error {
 	var runtimeErrs []error
 	switch {
 	case h.lastOK.IsZero():
@@ -112,6 +114,7 @@ func (h *runtimeHealth) notReady(now time.Time) error {
 	if h.runtimeErr != nil {
 		runtimeErrs = append(runtimeErrs, h.runtimeErr)
 	}
+	runtimeErrs = append(runtimeErrs, failed...)
 	var errs []error
 	if agg := utilerrors.NewAggregate(runtimeErrs); agg != nil {
 		errs = append(errs, agg)

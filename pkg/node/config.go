@@ -79,6 +79,9 @@ type Config struct {
 	// RuntimeDownAfter is how long the runtime may fail status checks before
 	// Ready turns False with "container runtime is down". Zero means 30s.
 	RuntimeDownAfter time.Duration
+	// HealthChecks are the agent's own checks whose failure makes the node
+	// not Ready, as the kubelet's PLEG check does.
+	HealthChecks []HealthCheck
 	// RuntimeCallTimeout bounds each runtime probe. Zero means 10s.
 	RuntimeCallTimeout time.Duration
 
@@ -132,4 +135,12 @@ func (c *Config) setDefaults() {
 	if c.RuntimeCallTimeout <= 0 {
 		c.RuntimeCallTimeout = 10 * time.Second
 	}
+}
+
+// HealthCheck is one of the agent's checks that node readiness includes.
+type HealthCheck struct {
+	// Name starts the NotReady message: "<Name> is not healthy: <err>".
+	Name string
+	// Check returns nil when healthy.
+	Check func() error
 }

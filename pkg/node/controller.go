@@ -139,7 +139,13 @@ func (c *Controller) observe(ctx context.Context) (observation, error) {
 			logger.Error(err, "Failed to list images for node status")
 		}
 	}
-	obs.notReady = c.health.notReady(c.cfg.Clock.Now())
+	var failed []error
+	for _, hc := range c.cfg.HealthChecks {
+		if err := hc.Check(); err != nil {
+			failed = append(failed, fmt.Errorf("%s is not healthy: %w", hc.Name, err))
+		}
+	}
+	obs.notReady = c.health.notReady(c.cfg.Clock.Now(), failed...)
 	return obs, nil
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,18 @@ func TestRuntimeHealthMessages(t *testing.T) {
 		"NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized]"
 	if err := h.notReady(testStart); err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
+	}
+}
+
+func TestFailedHealthCheckMakesNodeNotReady(t *testing.T) {
+	h := runtimeHealth{downAfter: 30 * time.Second}
+	resp, _ := newFakeRuntime().Status(context.Background())
+	h.observe(testStart, resp, nil)
+	if err := h.notReady(testStart); err != nil {
+		t.Fatalf("healthy runtime, no failed check: %v", err)
+	}
+	err := h.notReady(testStart, errors.New("PLEG is not healthy: pleg was last seen active 3m1s ago; threshold is 3m0s"))
+	if err == nil || err.Error() != "PLEG is not healthy: pleg was last seen active 3m1s ago; threshold is 3m0s" {
+		t.Errorf("notReady = %v, want the PLEG message", err)
 	}
 }

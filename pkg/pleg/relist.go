@@ -90,11 +90,22 @@ func (p *PLEG) RelistSoon() {
 	}
 }
 
-// Healthy reports whether a relist has completed recently, as the node's
-// readiness wants to know.
-func (p *PLEG) Healthy() (bool, time.Time) {
+// healthThreshold is how long the PLEG may go without a relist before the
+// node is not Ready, as the kubelet's.
+const healthThreshold = 3 * time.Minute
+
+// Healthy says why the PLEG is not healthy, in the kubelet's words, or nil
+// when a relist has completed within the last three minutes. The node's
+// readiness includes it.
+func (p *PLEG) Healthy() error {
 	_, t := p.cache.Get("")
-	return !t.IsZero() && p.cfg.Clock.Since(t) < 3*time.Minute, t
+	if t.IsZero() {
+		return errors.New("pleg has yet to be successful")
+	}
+	if since := p.cfg.Clock.Since(t); since > healthThreshold {
+		return fmt.Errorf("pleg was last seen active %v ago; threshold is %v", since, healthThreshold)
+	}
+	return nil
 }
 
 // Run relists until ctx ends.

@@ -84,3 +84,25 @@ func TestGetNewerThanWaitsForAFreshRelist(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestHealthyAfterARecentRelistOnly(t *testing.T) {
+	rt := critesting.NewFakeRuntimeService()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	p, err := New(Config{Runtime: rt, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Healthy(); err == nil || err.Error() != "pleg has yet to be successful" {
+		t.Errorf("before the first relist: %v", err)
+	}
+	if err := p.Relist(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Healthy(); err != nil {
+		t.Errorf("right after a relist: %v", err)
+	}
+	clk.Step(3*time.Minute + time.Second)
+	if err := p.Healthy(); err == nil || err.Error() != "pleg was last seen active 3m1s ago; threshold is 3m0s" {
+		t.Errorf("3m1s after the last relist: %v", err)
+	}
+}
