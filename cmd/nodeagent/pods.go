@@ -148,3 +148,15 @@ func knownPods(ctx context.Context, inRuntime []runtime.PodRef, volumes *volume.
 	}
 	return inRuntime
 }
+
+// maxParallelImagePulls is 1 when pulls are serialized (the default), else
+// maxParallelImagePulls, else zero for no limit.
+func maxParallelImagePulls(kc *kubeletv1beta1.KubeletConfiguration) int {
+	switch {
+	case kc.SerializeImagePulls == nil || *kc.SerializeImagePulls:
+		return 1
+	case kc.MaxParallelImagePulls != nil:
+		return int(*kc.MaxParallelImagePulls)
+	}
+	return 0
+}

@@ -64,6 +64,10 @@ type Config struct {
 	// (syncFrequency); token refreshes come when due. Defaults to
 	// DefaultVolumeRefreshPeriod.
 	VolumeRefreshPeriod time.Duration
+	// MaxParallelImagePulls is how many image pulls run at once across
+	// all pods: 1 for serializeImagePulls, else maxParallelImagePulls;
+	// zero means no limit.
+	MaxParallelImagePulls int
 	// MaxRestartBackoff caps the crash-loop back-off
 	// (crashLoopBackOff.maxContainerRestartPeriod); zero means 5 min.
 	MaxRestartBackoff time.Duration
@@ -78,6 +82,8 @@ type Config struct {
 // reaps the workers.
 type Dispatcher struct {
 	cfg Config
+
+	pulls chan struct{} // one token per running pull; nil: no limit
 
 	mu      gosync.Mutex
 	ctx     context.Context // set by Run; nil before
@@ -111,7 +117,24 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	if cfg.SourceSynced == nil {
 		cfg.SourceSynced = func() bool { return false }
 	}
-	return &Dispatcher{cfg: cfg, workers: map[types.UID]*Worker{}}, nil
+	d := &Dispatcher{cfg: cfg, workers: map[types.UID]*Worker{}}
+	if cfg.MaxParallelImagePulls > 0 {
+		d.pulls = make(chan struct{}, cfg.MaxParallelImagePulls)
+	}
+	return d, nil
+}
+
+// pullSlot waits for a turn to pull an image and returns its release.
+func (d *Dispatcher) pullSlot(ctx context.Context) (func(), error) {
+	if d.pulls == nil {
+		return func() {}, nil
+	}
+	select {
+	case d.pulls <- struct{}{}:
+		return func() { <-d.pulls }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 type noRelist struct{}

@@ -85,8 +85,14 @@ func (w *Worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 	var imageID string
 	start := w.d.cfg.Clock.Now()
 	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventPulling, "Pulling image %q", c.Image)
+	var pulling time.Time
 	err = w.step(ctx, "pullImage:"+c.Name, func() error {
-		var err error
+		release, err := w.d.pullSlot(ctx)
+		if err != nil {
+			return err
+		}
+		defer release()
+		pulling = w.d.cfg.Clock.Now()
 		imageID, err = pullWithAuths(ctx, w.d.cfg.Images, spec, auths, sandboxCfg)
 		return err
 	})
@@ -97,8 +103,8 @@ func (w *Worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 		return fail(reasonErrImagePull, msg, fmt.Errorf("%w: %w", runtime.ErrImagePull, err), errImagePullShown)
 	}
 	w.pulls.reset(key)
-	took := w.d.cfg.Clock.Since(start)
-	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventPulled, "Successfully pulled image %q in %v (%v including waiting)", c.Image, took, took)
+	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventPulled, "Successfully pulled image %q in %v (%v including waiting)",
+		c.Image, w.d.cfg.Clock.Since(pulling), w.d.cfg.Clock.Since(start))
 	if imageID == "" {
 		imageID = image
 	}

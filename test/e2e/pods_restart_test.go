@@ -17,7 +17,7 @@ import (
 )
 
 // TestAgentSIGKILLRestartsNoContainer is not parallel: the agent dies and comes back.
-// Its pods are found again by their labels: no container restarted, no sandbox doubled.
+// Its 20 pods are found again by their labels: no container restarted, no sandbox doubled.
 func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
 	requireNodeagent(t)
 	cfg := framework.Cluster(t)
@@ -39,7 +39,7 @@ func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
 	}
 	var pods []*corev1.Pod
 	before := map[string]seen{}
-	for i := range 3 {
+	for i := range 20 {
 		pod := busyboxPod(fmt.Sprintf("survivor%d", i), corev1.RestartPolicyAlways, "sleep 3600")
 		if i == 0 {
 			pod.Spec.InitContainers = []corev1.Container{{Name: "init", Image: harness.BusyboxImage, Command: []string{"true"}}}
