@@ -46,10 +46,9 @@ func (s secretGetter) GetSecret(ctx context.Context, namespace, name string) (*v
 // podOptions turns the configuration into the settings of every pod sandbox.
 func podOptions(cfg *agentConfig) runtime.PodOptions {
 	kc := cfg.kubelet
-	parent := path.Join("/", kc.CgroupRoot, "kubepods")
-	if kc.CgroupDriver == "systemd" {
-		parent = "kubepods.slice"
-	}
+	// With cgroupsPerQOS each pod gets its own cgroup as its parent (see
+	// startCgroups); without, every sandbox goes straight under cgroupRoot.
+	parent := path.Join("/", kc.CgroupRoot)
 	resolv := ""
 	if kc.ResolverConfig != nil {
 		resolv = *kc.ResolverConfig

@@ -85,6 +85,18 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	// The machine's facts size the pods: memory capacity for OOM scores,
+	// capacity and allocatable for the kubepods cgroup and admission.
+	machine, err := node.HostReader{RootDir: cfg.rootDir}.Read()
+	if err != nil {
+		return err
+	}
+	capacity := node.Capacity(machine, kc.MaxPods)
+	podCgroups, err := startCgroups(ctx, cfg, capacity)
+	if err != nil {
+		return err
+	}
+
 	recorder, stopEvents := newEventRecorder(ctx, client, cfg.nodeName)
 	defer stopEvents()
 	statusMgr, err := status.NewManager(status.Config{Client: client})
@@ -97,6 +109,10 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	var source *config.APISource
+	var cg podsync.PodCgroups
+	if podCgroups != nil {
+		cg = podCgroups
+	}
 	dispatcher, err = podsync.NewDispatcher(podsync.Config{
 		Runtime:           cri,
 		Images:            cri,
@@ -106,10 +122,12 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Recorder:          recorder,
 		Secrets:           secretGetter{client: client},
 		PodOptions:        podOptions(cfg),
+		Resources:         containerResourceOptions(cfg, machine),
+		Cgroups:           cg,
 		RootDir:           cfg.rootDir,
 		NodeIPs:           hostIPs(cfg),
 		RuntimeName:       version.RuntimeName,
-		Known:             podEvents.Cache().UIDs,
+		Known:             knownPods(podEvents.Cache(), podCgroups),
 		SourceSynced:      func() bool { return source.HasSynced() },
 		MaxRestartBackoff: maxRestartBackoff(kc),
 	})

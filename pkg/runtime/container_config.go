@@ -29,6 +29,9 @@ type ContainerInputs struct {
 	// Mounts are the container's binds: volumes, /etc/hosts, the
 	// termination message file.
 	Mounts []*runtimeapi.Mount
+	// Resources are the container's cgroup limits (cpu, memory, huge
+	// pages) and OOM score; nil leaves them to the runtime's defaults.
+	Resources *runtimeapi.LinuxContainerResources
 }
 
 // ContainerConfig translates one container of a pod into the config the
@@ -49,7 +52,7 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 		Stdin:       c.Stdin,
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,
-		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: containerSecurity(pod, c)},
+		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: containerSecurity(pod, c), Resources: in.Resources},
 	}
 	return cfg
 }

@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
@@ -17,5 +18,6 @@ import (
 func (w *Worker) containerInputs(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, image string, restartCount int32, sandboxCfg *runtimeapi.PodSandboxConfig) (runtime.ContainerInputs, error) {
 	in := runtime.ContainerInputs{Init: init, Image: image, RestartCount: restartCount}
 	in.Env = runtime.PlainEnv(c.Env)
+	in.Resources = qos.ContainerResources(pod, c, w.d.cfg.Resources)
 	return in, nil
 }

@@ -54,3 +54,12 @@ type Recorder interface {
 type SecretGetter interface {
 	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
 }
+
+// PodCgroups makes and removes the pods' cgroups (pkg/cgroups).
+type PodCgroups interface {
+	// EnsurePod makes the pod's cgroup and returns its path, the cgroup
+	// parent of the pod's sandbox.
+	EnsurePod(ctx context.Context, pod *v1.Pod) (string, error)
+	// RemovePod removes the pod's cgroup once nothing of the pod runs.
+	RemovePod(ctx context.Context, uid types.UID) error
+}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
@@ -32,10 +33,16 @@ type Config struct {
 	Status   StatusWriter
 	Recorder Recorder
 	Secrets  SecretGetter
+	// Cgroups makes a cgroup per pod (cgroupsPerQOS); nil puts every
+	// sandbox under PodOptions.CgroupParent.
+	Cgroups PodCgroups
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// PodOptions shape every sandbox (log dir, cgroup parent, DNS).
 	PodOptions runtime.PodOptions
+	// Resources are the node's settings for container resources: CFS
+	// quota and period, memory capacity (for OOM scores), huge page sizes.
+	Resources qos.NodeOptions
 	// RuntimeHandler is passed to RunPodSandbox; empty is the default.
 	RuntimeHandler string
 	// RootDir holds the pod directories (<RootDir>/pods/<uid>).

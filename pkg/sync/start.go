@@ -25,6 +25,7 @@ const (
 	eventPulling        = "Pulling"
 	eventPulled         = "Pulled"
 	eventSandboxFailed  = "FailedCreatePodSandBox"
+	eventCgroupFailed   = "FailedCreatePodContainer"
 	reasonCrashLoop     = "CrashLoopBackOff"
 	reasonCreateError   = "CreateContainerError"
 	reasonStartError    = "RunContainerError"
@@ -37,7 +38,7 @@ const (
 )
 
 // syncPod is one pass of a running pod, in the order the kubelet's
-// SyncPod tells it: pod directories, sandbox, then either the next init
+// SyncPod tells it: pod cgroup, pod directories, sandbox, then either the next init
 // container or the app containers, each with its image. It reports when
 // to look again and whether the pod has ended.
 func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) (time.Duration, bool) {
@@ -58,6 +59,18 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}()
 
+	opts := w.d.cfg.PodOptions
+	if cg := w.d.cfg.Cgroups; cg != nil {
+		err := w.step(ctx, "podCgroup", func() error {
+			parent, err := cg.EnsurePod(ctx, pod)
+			opts.CgroupParent = parent
+			return err
+		})
+		if err != nil {
+			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventCgroupFailed, "unable to ensure pod container exists: %v", err)
+			return time.Second, false
+		}
+	}
 	if err := w.step(ctx, "podDirs", func() error { return w.makePodDirs(pod) }); err != nil {
 		return time.Second, false
 	}
@@ -81,7 +94,7 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}
 
-	sandboxCfg, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, w.d.cfg.PodOptions)
+	sandboxCfg, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
 	if err != nil {
 		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
 		return time.Second, false

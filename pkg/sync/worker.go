@@ -45,6 +45,8 @@ type Worker struct {
 	waiting   map[string]status.Waiting
 	restarts  *backoff
 	pulls     *backoff
+	// cgroupRemoved: the pod's cgroup is gone for good (the pod ended).
+	cgroupRemoved bool
 }
 
 func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
@@ -181,6 +183,14 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			}
 			w.state = terminated
 		}
+		// Nothing of an ended pod runs again: its cgroup goes, and it no
+		// longer counts in its QoS class.
+		if w.state == terminated && !hasRunning(observed) {
+			if err := w.removeCgroup(ctx, pod); err != nil {
+				logger.V(2).Info("Removing the cgroup of a finished pod failed, will retry", "err", err.Error())
+				return time.Second, false
+			}
+		}
 		return resync, false
 	}
 	if reason, msg, exceeded := w.pastDeadline(pod); exceeded {
@@ -256,3 +266,19 @@ func (w *Worker) computeStatus(pod *v1.Pod, observed *runtime.PodStatus, termina
 }
 
 func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// hasRunning says whether any container or sandbox of the pod may still
+// hold processes.
+func hasRunning(observed *runtime.PodStatus) bool {
+	for _, c := range observed.Containers {
+		if c.State == runtime.ContainerRunning || c.State == runtime.ContainerCreated || c.State == runtime.ContainerUnknown {
+			return true
+		}
+	}
+	for _, sb := range observed.Sandboxes {
+		if sb.Ready {
+			return true
+		}
+	}
+	return false
+}
