@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/config"
 	"github.com/nodeagent/nodeagent/pkg/node"
 	"github.com/nodeagent/nodeagent/pkg/pleg"
@@ -97,6 +98,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	admitter, err := admission.New(admission.Config{AllowedUnsafeSysctls: kc.AllowedUnsafeSysctls, KernelVersion: machine.KernelVersion})
+	if err != nil {
+		return err
+	}
+
 	recorder, stopEvents := newEventRecorder(ctx, client, cfg.nodeName)
 	defer stopEvents()
 	statusMgr, err := status.NewManager(status.Config{Client: client})
@@ -124,6 +130,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		PodOptions:        podOptions(cfg),
 		Resources:         containerResourceOptions(cfg, machine),
 		Cgroups:           cg,
+		Admitter:          admitter,
+		Node:              admissionNode(client, cfg, capacity),
 		RootDir:           cfg.rootDir,
 		NodeIPs:           hostIPs(cfg),
 		RuntimeName:       version.RuntimeName,

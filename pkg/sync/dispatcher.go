@@ -33,6 +33,11 @@ type Config struct {
 	Status   StatusWriter
 	Recorder Recorder
 	Secrets  SecretGetter
+	// Admitter decides on every new pod before anything of it is made;
+	// nil admits every pod.
+	Admitter Admitter
+	// Node is the node pods are admitted against; required with Admitter.
+	Node NodeGetter
 	// Cgroups makes a cgroup per pod (cgroupsPerQOS); nil puts every
 	// sandbox under PodOptions.CgroupParent.
 	Cgroups PodCgroups
@@ -72,12 +77,19 @@ type Dispatcher struct {
 	ctx     context.Context // set by Run; nil before
 	workers map[types.UID]*Worker
 	wg      gosync.WaitGroup
+
+	// admitMu makes admissions one at a time, each counting the pods
+	// admitted before it.
+	admitMu gosync.Mutex
 }
 
 // NewDispatcher validates cfg and builds a Dispatcher.
 func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	if cfg.Runtime == nil || cfg.Images == nil || cfg.Cache == nil || cfg.Status == nil || cfg.Recorder == nil || cfg.Secrets == nil {
 		return nil, errors.New("sync: Runtime, Images, Cache, Status, Recorder and Secrets are required")
+	}
+	if cfg.Admitter != nil && cfg.Node == nil {
+		return nil, errors.New("sync: Node is required with Admitter")
 	}
 	if cfg.Relister == nil {
 		cfg.Relister = noRelist{}

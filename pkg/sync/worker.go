@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -47,6 +48,11 @@ type Worker struct {
 	pulls     *backoff
 	// cgroupRemoved: the pod's cgroup is gone for good (the pod ended).
 	cgroupRemoved bool
+
+	// holds: the pod was admitted and counts against the node's
+	// resources; ended: it no longer does (it finished or was rejected).
+	// Read by other workers' admissions.
+	holds, ended atomic.Bool
 }
 
 func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
@@ -151,7 +157,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			logger.Error(err, "Cleaning up removed pod failed, will retry")
 			return time.Second, false
 		}
-		w.state = cleaned
+		w.setState(cleaned)
 		logger.V(2).Info("Pod removed")
 		return 0, true
 	case pod.DeletionTimestamp != nil:
@@ -171,7 +177,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			logger.Error(err, "Cleaning up deleted pod failed, will retry")
 			return time.Second, false
 		}
-		w.state = cleaned
+		w.setState(cleaned)
 		w.d.cfg.Status.SetFinal(pod, st)
 		return resync, false
 	case w.state != syncing || isTerminal(pod.Status.Phase):
@@ -181,7 +187,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 				logger.Error(err, "Stopping finished pod failed, will retry")
 				return time.Second, false
 			}
-			w.state = terminated
+			w.setState(terminated)
 		}
 		// Nothing of an ended pod runs again: its cgroup goes, and it no
 		// longer counts in its QoS class.
@@ -193,13 +199,17 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 		}
 		return resync, false
 	}
+	if !w.admit(ctx, pod, observed) {
+		w.setState(terminated)
+		return resync, false
+	}
 	if reason, msg, exceeded := w.pastDeadline(pod); exceeded {
 		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, reason, msg)
 		if err := w.terminate(ctx, pod, observed); err != nil {
 			logger.Error(err, "Stopping a pod past its deadline failed, will retry")
 			return time.Second, false
 		}
-		w.state = terminated
+		w.setState(terminated)
 		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
 		if err != nil {
 			return 0, true
@@ -215,7 +225,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			logger.Error(err, "Stopping finished pod failed, will retry")
 			return time.Second, false
 		}
-		w.state = terminated
+		w.setState(terminated)
 		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
 		if err != nil {
 			return 0, true
@@ -281,4 +291,13 @@ func hasRunning(observed *runtime.PodStatus) bool {
 		}
 	}
 	return false
+}
+
+// setState moves the pod on; a pod that stopped running no longer holds
+// node resources for admission.
+func (w *Worker) setState(s workerState) {
+	w.state = s
+	if s != syncing {
+		w.ended.Store(true)
+	}
 }
