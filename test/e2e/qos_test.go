@@ -1,0 +1,303 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeagent/nodeagent/test/e2e/framework"
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+const cgroupMount = "/sys/fs/cgroup"
+
+func rlist(kv ...string) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
+	}
+	return out
+}
+
+// sleepPod is a one-container busybox pod sleeping with the given resources.
+func sleepPod(prefix string, res corev1.ResourceRequirements) *corev1.Pod {
+	pod := busyboxPod(prefix, corev1.RestartPolicyNever, "exec sleep 3600")
+	pod.Spec.Containers[0].Image = harness.BusyboxE2EImage
+	pod.Spec.Containers[0].Resources = res
+	return pod
+}
+
+// podCgroupRel is the pod's cgroup below a v1 hierarchy's mount, as the
+// kubelet lays it out with the cgroupfs driver.
+func podCgroupRel(p *corev1.Pod) string {
+	parent := "kubepods"
+	switch p.Status.QOSClass {
+	case corev1.PodQOSBurstable:
+		parent = "kubepods/burstable"
+	case corev1.PodQOSBestEffort:
+		parent = "kubepods/besteffort"
+	}
+	return filepath.Join(harness.CgroupRoot, parent, "pod"+string(p.UID))
+}
+
+// cgroupValue reads one cgroup v1 file, e.g. ("cpu", rel, "cpu.shares").
+func cgroupValue(t *testing.T, controller, rel, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(cgroupMount, controller, rel, file))
+	if err != nil {
+		t.Fatalf("read cgroup: %v", err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cgroupProcs lists the processes in a v1 cgroup tree, with their command lines.
+func cgroupProcs(t *testing.T, controller, rel string) map[int]string {
+	t.Helper()
+	out := map[int]string{}
+	err := filepath.WalkDir(filepath.Join(cgroupMount, controller, rel), func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			out[pid] = strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " "))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk pod cgroup: %v", err)
+	}
+	return out
+}
+
+func requireCgroupV1(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(cgroupMount, "cpu", "cpu.shares")); err != nil {
+		t.Fatalf("this test reads cgroup v1 files: %v", err)
+	}
+}
+
+// TestQoSCgroups: a Guaranteed, a Burstable and a BestEffort pod each get a pod cgroup
+// in the right place of the kubepods hierarchy, with the kubelet's values; their
+// containers run inside it with their class's OOM score; the cgroups go with the pods.
+func TestQoSCgroups(t *testing.T) {
+	t.Parallel()
+	requireCgroupV1(t)
+	guaranteed := createPod(t, sleepPod("qos-guaranteed", corev1.ResourceRequirements{
+		Requests: rlist("cpu", "200m", "memory", "64Mi"), Limits: rlist("cpu", "200m", "memory", "64Mi")}))
+	burstable := createPod(t, sleepPod("qos-burstable", corev1.ResourceRequirements{
+		Requests: rlist("cpu", "100m", "memory", "32Mi"), Limits: rlist("cpu", "300m", "memory", "128Mi")}))
+	besteffort := createPod(t, sleepPod("qos-besteffort", corev1.ResourceRequirements{}))
+
+	node := getNode(t)
+	memCapacity := node.Status.Capacity.Memory().Value()
+	type want struct {
+		class                 corev1.PodQOSClass
+		shares, quota, memory string
+		oomScoreAdj           int64
+		pod                   *corev1.Pod
+	}
+	unlimited := "9223372036854771712"
+	wants := []*want{
+		{class: corev1.PodQOSGuaranteed, shares: "204", quota: "20000", memory: strconv.Itoa(64 << 20), oomScoreAdj: -997, pod: guaranteed},
+		{class: corev1.PodQOSBurstable, shares: "102", quota: "30000", memory: strconv.Itoa(128 << 20),
+			oomScoreAdj: min(max(1000-1000*(32<<20)/memCapacity, 3), 999), pod: burstable},
+		{class: corev1.PodQOSBestEffort, shares: "2", quota: "-1", memory: unlimited, oomScoreAdj: 1000, pod: besteffort},
+	}
+	for _, w := range wants {
+		w.pod = waitPod(t, w.pod, 2*time.Minute, runningAndReady)
+		if w.pod.Status.QOSClass != w.class {
+			t.Errorf("%s: qosClass %q, want %q", w.pod.Name, w.pod.Status.QOSClass, w.class)
+		}
+	}
+	for _, w := range wants {
+		rel := podCgroupRel(w.pod)
+		for _, c := range []struct{ ctl, file, want string }{
+			{"cpu", "cpu.shares", w.shares},
+			{"cpu", "cpu.cfs_quota_us", w.quota},
+			{"cpu", "cpu.cfs_period_us", "100000"},
+			{"memory", "memory.limit_in_bytes", w.memory},
+			{"pids", "pids.max", "max"},
+		} {
+			if got := cgroupValue(t, c.ctl, rel, c.file); got != c.want {
+				t.Errorf("%s %s/%s = %s, want %s", w.class, rel, c.file, got, c.want)
+			}
+		}
+		// The sandbox's pause and the container's sleep run in the pod cgroup, in
+		// every hierarchy, with the class's OOM score.
+		for _, ctl := range []string{"memory", "cpu", "pids"} {
+			procs := cgroupProcs(t, ctl, rel)
+			var pause, sleep []int
+			for pid, cmd := range procs {
+				switch {
+				case strings.HasSuffix(strings.Fields(cmd + " x")[0], "pause"):
+					pause = append(pause, pid)
+				case strings.HasPrefix(cmd, "sleep 3600"):
+					sleep = append(sleep, pid)
+				}
+			}
+			if len(pause) != 1 || len(sleep) != 1 {
+				t.Errorf("%s %s: processes %v, want the pause and the sleep", w.class, ctl, procs)
+				continue
+			}
+			if ctl != "memory" {
+				continue
+			}
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", sleep[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(b)); got != strconv.FormatInt(w.oomScoreAdj, 10) {
+				t.Errorf("%s container oom_score_adj = %s, want %d", w.class, got, w.oomScoreAdj)
+			}
+		}
+	}
+
+	kubepods := filepath.Join(harness.CgroupRoot, "kubepods")
+	// The burstable QoS cgroup weighs as much as its pods ask for: at least this one.
+	if got, _ := strconv.Atoi(cgroupValue(t, "cpu", kubepods+"/burstable", "cpu.shares")); got < 102 {
+		t.Errorf("burstable cpu.shares = %d, want at least the burstable pod's 102", got)
+	}
+	if got := cgroupValue(t, "cpu", kubepods+"/besteffort", "cpu.shares"); got != "2" {
+		t.Errorf("besteffort cpu.shares = %s, want 2", got)
+	}
+	// kubepods is bounded by the node (the harness reserves nothing).
+	if got, want := cgroupValue(t, "cpu", kubepods, "cpu.shares"), strconv.FormatInt(node.Status.Capacity.Cpu().MilliValue()*1024/1000, 10); got != want {
+		t.Errorf("kubepods cpu.shares = %s, want %s", got, want)
+	}
+	if got, want := cgroupValue(t, "memory", kubepods, "memory.limit_in_bytes"), strconv.FormatInt(memCapacity, 10); got != want {
+		t.Errorf("kubepods memory limit = %s, want the node's %s", got, want)
+	}
+
+	// Deleted pods leave no cgroup behind, in any hierarchy.
+	cs := framework.Client(t)
+	for _, w := range wants {
+		if err := cs.CoreV1().Pods(w.pod.Namespace).Delete(framework.Context(t, 30*time.Second), w.pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Eventually(t, 2*time.Minute, func() error {
+		for _, w := range wants {
+			for _, ctl := range []string{"cpu", "cpuacct", "memory", "pids", "cpuset", "systemd", "unified", "freezer", "devices", "blkio"} {
+				d := filepath.Join(cgroupMount, ctl, podCgroupRel(w.pod))
+				if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("%s still there (%v)", d, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// boundPod binds the pod to the node itself, past the scheduler, as a user or a
+// controller may: only the node's admission stands between it and running.
+func boundPod(pod *corev1.Pod) *corev1.Pod {
+	pod.Spec.NodeName = harness.NodeName
+	return pod
+}
+
+// TestAdmissionRejects: a pod bound to the node that cannot run there fails with the
+// kubelet's reason and message, and nothing of it is created.
+func TestAdmissionRejects(t *testing.T) {
+	t.Parallel()
+	allocatable := getNode(t).Status.Allocatable.Cpu().MilliValue()
+	port := sleepPod("hostport-first", corev1.ResourceRequirements{})
+	port.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 31987}}
+	first := createPod(t, boundPod(port))
+	waitPod(t, first, 2*time.Minute, runningAndReady)
+
+	tests := []struct {
+		name, reason, message string
+		mutate                func(*corev1.Pod)
+	}{
+		{name: "more cpu than allocatable", reason: "OutOfcpu",
+			message: fmt.Sprintf("Pod was rejected: Node didn't have enough resource: cpu, requested: %d, used: ", allocatable+1000),
+			mutate: func(p *corev1.Pod) {
+				q := *resource.NewMilliQuantity(allocatable+1000, resource.DecimalSI)
+				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q}
+			}},
+		{name: "node selector", reason: "NodeAffinity",
+			message: "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector",
+			mutate:  func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"nodeagent.test/absent": "yes"} }},
+		{name: "unsafe sysctl", reason: "SysctlForbidden",
+			message: `Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted`,
+			mutate: func(p *corev1.Pod) {
+				p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.msgmax", Value: "65536"}}}
+			}},
+		{name: "host port taken", reason: "NodePorts",
+			message: "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 31987}}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pod := sleepPod("rejected", corev1.ResourceRequirements{})
+			tt.mutate(pod)
+			pod = createPod(t, boundPod(pod))
+			got := waitPod(t, pod, time.Minute, phaseIs(corev1.PodFailed))
+			if got.Status.Reason != tt.reason || !strings.HasPrefix(got.Status.Message, tt.message) {
+				t.Errorf("status reason %q message %q, want %q %q", got.Status.Reason, got.Status.Message, tt.reason, tt.message)
+			}
+			if sbs := sandboxesOf(t, string(got.UID)); len(sbs) != 0 {
+				t.Errorf("a rejected pod got %d sandboxes", len(sbs))
+			}
+			framework.Eventually(t, 30*time.Second, func() error {
+				if !hasEvent(podEvents(t, got), tt.reason, strings.TrimPrefix(tt.message, "Pod was rejected: ")) {
+					return fmt.Errorf("no %s event:\n%s", tt.reason, eventSummary(podEvents(t, got)))
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestMemoryHogIsOOMKilled: a container past its memory limit is OOM-killed and
+// reported so; a pod beside it keeps running untouched.
+func TestMemoryHogIsOOMKilled(t *testing.T) {
+	t.Parallel()
+	neighbour := createPod(t, sleepPod("oom-neighbour", corev1.ResourceRequirements{
+		Requests: rlist("memory", "16Mi"), Limits: rlist("memory", "32Mi")}))
+	neighbour = waitPod(t, neighbour, 2*time.Minute, runningAndReady)
+
+	// dd's buffer is as large as its block size, and filled from /dev/zero.
+	hog := busyboxPod("oom-hog", corev1.RestartPolicyNever, "exec dd if=/dev/zero of=/dev/null bs=100M count=10")
+	hog.Spec.Containers[0].Image = harness.BusyboxE2EImage
+	hog.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rlist("memory", "32Mi"), Limits: rlist("memory", "32Mi")}
+	hog = createPod(t, hog)
+	got := waitPod(t, hog, 2*time.Minute, phaseIs(corev1.PodFailed))
+	cs := got.Status.ContainerStatuses
+	if len(cs) != 1 || cs[0].State.Terminated == nil || cs[0].State.Terminated.Reason != "OOMKilled" || cs[0].State.Terminated.ExitCode != 137 {
+		t.Errorf("hog status %s, want terminated OOMKilled 137", describeStatuses(cs))
+	}
+
+	after, err := framework.Client(t).CoreV1().Pods(neighbour.Namespace).Get(context.Background(), neighbour.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runningAndReady(after); err != nil {
+		t.Errorf("neighbour: %v", err)
+	}
+	if c := after.Status.ContainerStatuses; len(c) != 1 || c[0].RestartCount != 0 || c[0].State.Running == nil ||
+		!c[0].State.Running.StartedAt.Equal(&neighbour.Status.ContainerStatuses[0].State.Running.StartedAt) {
+		t.Errorf("neighbour was disturbed: %s", describeStatuses(after.Status.ContainerStatuses))
+	}
+}
