@@ -13,20 +13,34 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
+// admitOutcome is what admit decided.
+type admitOutcome int
+
+const (
+	admitted admitOutcome = iota
+	rejected
+	// undecided: the pods bound here are not all known yet; ask again.
+	undecided
+)
+
 // admit decides, on a pod's first pass, whether it may run here. A pod
 // that already ran (it has something in the runtime, or a start time
 // from an earlier run of the agent) was admitted before and is not
 // judged again, so that a restarted agent never rejects what it
-// admitted. A rejected pod fails, as the kubelet fails it, and nothing
-// of it is made.
-func (w *Worker) admit(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) bool {
+// admitted; a new pod is judged once every pod bound here is known, so
+// that it is counted against all of them. A rejected pod fails, as the
+// kubelet fails it, and nothing of it is made.
+func (w *Worker) admit(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) admitOutcome {
 	if w.holds.Load() {
-		return true
+		return admitted
 	}
 	d := w.d
 	if d.cfg.Admitter == nil || admittedBefore(pod, observed) {
 		w.holds.Store(true)
-		return true
+		return admitted
+	}
+	if !d.listed() {
+		return undecided
 	}
 	logger := klog.FromContext(ctx)
 	d.admitMu.Lock()
@@ -46,13 +60,13 @@ func (w *Worker) admit(ctx context.Context, pod *v1.Pod, observed *runtime.PodSt
 	})
 	if err == nil {
 		w.holds.Store(true)
-		return true
+		return admitted
 	}
 	d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
 	d.cfg.Status.SetFinal(pod, v1.PodStatus{
 		Phase: v1.PodFailed, Reason: r.Reason, Message: r.StatusMessage(), QOSClass: qos.Class(pod),
 	})
-	return false
+	return rejected
 }
 
 // admittedBefore says whether an earlier run of the agent admitted pod.

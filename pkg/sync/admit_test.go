@@ -82,7 +82,7 @@ func TestWorkerAdmitsAgainstAdmittedPods(t *testing.T) {
 	second.UID, second.Name = "uid-2", "p2"
 	w2 := newWorker(d, second)
 	d.workers[second.UID] = w2
-	if w2.admit(context.Background(), second, nil) {
+	if w2.admit(context.Background(), second, nil) != rejected {
 		t.Fatal("a pod that fits only without the admitted one was admitted")
 	}
 	if !strings.Contains(h.status.final.Message, "used: 1000, capacity: 1900") {
@@ -92,7 +92,7 @@ func TestWorkerAdmitsAgainstAdmittedPods(t *testing.T) {
 	// Once the first pod ended, its cpu is free again.
 	h.w.setState(terminated)
 	w3 := newWorker(d, second)
-	if !w3.admit(context.Background(), second, nil) {
+	if w3.admit(context.Background(), second, nil) != admitted {
 		t.Error("a pod was rejected for the cpu of an ended pod")
 	}
 }
@@ -114,5 +114,25 @@ func TestWorkerDoesNotJudgeAPodAdmittedBefore(t *testing.T) {
 	if got := h.w.d.admittedPods(types.UID("other")); len(got) != 0 {
 		// The worker is not registered with the dispatcher in this test.
 		t.Errorf("admittedPods = %d", len(got))
+	}
+}
+
+func TestAdmissionWaitsForTheSource(t *testing.T) {
+	pod := basePod(withCPU("1"))
+	h := newHarness(t, pod)
+	withAdmission(t, h, "1900m")
+	synced := false
+	h.w.d.listed = func() bool { return synced }
+	if got := h.w.admit(context.Background(), pod, nil); got != undecided {
+		t.Fatalf("admit before the source listed = %v, want undecided", got)
+	}
+	h.sync(pod, false)
+	if len(h.rt.Sandboxes) != 0 || h.status.final != nil {
+		t.Fatal("a pod was started or judged before the source listed every pod")
+	}
+	synced = true
+	h.sync(pod, false)
+	if len(h.rt.Sandboxes) != 1 {
+		t.Errorf("sandboxes = %d once listed, want 1", len(h.rt.Sandboxes))
 	}
 }

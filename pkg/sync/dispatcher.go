@@ -81,6 +81,8 @@ type Dispatcher struct {
 	// admitMu makes admissions one at a time, each counting the pods
 	// admitted before it.
 	admitMu gosync.Mutex
+	// listed says whether every pod bound here is known (admission waits).
+	listed func() bool
 }
 
 // NewDispatcher validates cfg and builds a Dispatcher.
@@ -103,10 +105,17 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	if cfg.Known == nil {
 		cfg.Known = func() []runtime.PodRef { return nil }
 	}
+	// Admission waits for the source's first list, so that a new pod is
+	// judged against every pod already running here; without a source to
+	// wait for, it judges at once.
+	listed := cfg.SourceSynced
+	if listed == nil {
+		listed = func() bool { return true }
+	}
 	if cfg.SourceSynced == nil {
 		cfg.SourceSynced = func() bool { return false }
 	}
-	return &Dispatcher{cfg: cfg, workers: map[types.UID]*Worker{}}, nil
+	return &Dispatcher{cfg: cfg, workers: map[types.UID]*Worker{}, listed: listed}, nil
 }
 
 type noRelist struct{}

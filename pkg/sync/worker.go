@@ -199,7 +199,10 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 		}
 		return resync, false
 	}
-	if !w.admit(ctx, pod, observed) {
+	switch w.admit(ctx, pod, observed) {
+	case undecided:
+		return time.Second, false
+	case rejected:
 		w.setState(terminated)
 		return resync, false
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -333,3 +334,104 @@ func TestMemoryHogIsOOMKilled(t *testing.T) {
 		t.Errorf("neighbour was disturbed: %s", describeStatuses(after.Status.ContainerStatuses))
 	}
 }
+
+// TestAgentRestartKeepsAdmittedPods is not parallel: the agent dies and comes back.
+// A pod it admitted keeps running; a pod bound while it was down that does not fit
+// beside it is the one rejected, whatever order the restarted agent sees them in.
+func TestAgentRestartKeepsAdmittedPods(t *testing.T) {
+	requireNodeagent(t)
+	cfg := framework.Cluster(t)
+	ctx := framework.Context(t, 5*time.Minute)
+	share := getNode(t).Status.Allocatable.Cpu().MilliValue() * 6 / 10
+	cpu := corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(share, resource.DecimalSI)}}
+	first := createPod(t, boundPod(sleepPod("admitted", cpu)))
+	first = waitPod(t, first, 2*time.Minute, runningAndReady)
+	sandbox := sandboxesOf(t, string(first.UID))
+
+	pid := cfg.Pids()["agent"]
+	if pid == 0 {
+		t.Fatal("no agent pid recorded")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL agent: %v", err)
+	}
+	framework.Eventually(t, 30*time.Second, func() error {
+		if cfg.Running("agent") {
+			return fmt.Errorf("agent %d still alive", pid)
+		}
+		return nil
+	})
+	late := createPod(t, boundPod(sleepPod("late", cpu)))
+	if err := cfg.StartAgent(ctx); err != nil {
+		t.Fatalf("start agent: %v", err)
+	}
+	got := waitPod(t, late, 2*time.Minute, phaseIs(corev1.PodFailed))
+	if got.Status.Reason != "OutOfcpu" {
+		t.Errorf("late pod: reason %q message %q, want OutOfcpu", got.Status.Reason, got.Status.Message)
+	}
+	after := waitPod(t, first, time.Minute, runningAndReady)
+	if cs := after.Status.ContainerStatuses; len(cs) != 1 || cs[0].RestartCount != 0 || cs[0].ContainerID != first.Status.ContainerStatuses[0].ContainerID {
+		t.Errorf("the admitted pod was disturbed: %s", describeStatuses(cs))
+	}
+	if sbs := sandboxesOf(t, string(first.UID)); len(sbs) != 1 || len(sandbox) != 1 || sbs[0].Id != sandbox[0].Id {
+		t.Errorf("the admitted pod's sandbox changed")
+	}
+}
+
+// TestPodCgroupsDoNotLeak: many pods come and go, some finishing on their own and
+// some deleted while running; none leaves a pod cgroup behind.
+func TestPodCgroupsDoNotLeak(t *testing.T) {
+	t.Parallel()
+	requireCgroupV1(t)
+	const rounds, perRound = 10, 10
+	cs := framework.Client(t)
+	var all []*corev1.Pod
+	for r := range rounds {
+		var round []*corev1.Pod
+		for i := range perRound {
+			var pod *corev1.Pod
+			res := corev1.ResourceRequirements{}
+			if i%3 == 0 {
+				res = corev1.ResourceRequirements{Requests: rlist("cpu", "10m", "memory", "8Mi"), Limits: rlist("cpu", "10m", "memory", "8Mi")}
+			} else if i%3 == 1 {
+				res = corev1.ResourceRequirements{Requests: rlist("cpu", "10m")}
+			}
+			if i%2 == 0 {
+				pod = busyboxPod(fmt.Sprintf("cycle%d", r), corev1.RestartPolicyNever, "true")
+				pod.Spec.Containers[0].Resources = res
+			} else {
+				pod = sleepPod(fmt.Sprintf("cycle%d", r), res)
+			}
+			round = append(round, createPod(t, pod))
+		}
+		for i, pod := range round {
+			if i%2 == 0 {
+				waitPod(t, pod, 2*time.Minute, phaseIs(corev1.PodSucceeded))
+			} else {
+				waitPod(t, pod, 2*time.Minute, runningAndReady)
+			}
+		}
+		for _, pod := range round {
+			zero := int64(0)
+			if err := cs.CoreV1().Pods(pod.Namespace).Delete(shortCtx(t), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all = append(all, round...)
+	}
+	framework.Eventually(t, 3*time.Minute, func() error {
+		for _, pod := range all {
+			for _, parent := range []string{"kubepods", "kubepods/burstable", "kubepods/besteffort"} {
+				for _, ctl := range []string{"cpu", "memory", "pids", "cpuset", "systemd", "unified"} {
+					d := filepath.Join(cgroupMount, ctl, harness.CgroupRoot, parent, "pod"+string(pod.UID))
+					if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+						return fmt.Errorf("%s still there (%v)", d, err)
+					}
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func shortCtx(t *testing.T) context.Context { return framework.Context(t, 30*time.Second) }
