@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,6 +73,21 @@ func startCgroups(ctx context.Context, cfg *agentConfig, capacity v1.ResourceLis
 	}
 	if err := m.Start(ctx); err != nil {
 		return nil, err
+	}
+	for _, r := range []struct {
+		key, compressible, cgroup string
+		reserved                  v1.ResourceList
+	}{
+		{enforceSystemReserved, enforceSystemReservedCompressed, kc.SystemReservedCgroup, cfg.systemReserved},
+		{enforceKubeReserved, enforceKubeReservedCompressed, kc.KubeReservedCgroup, cfg.kubeReserved},
+	} {
+		full, compressible := slices.Contains(kc.EnforceNodeAllocatable, r.key), slices.Contains(kc.EnforceNodeAllocatable, r.compressible)
+		if !full && !compressible {
+			continue
+		}
+		if err := m.EnforceReserved(ctx, r.cgroup, r.reserved, compressible); err != nil {
+			return nil, fmt.Errorf("enforce %s on %q: %w", r.key, r.cgroup, err)
+		}
 	}
 	return m, nil
 }

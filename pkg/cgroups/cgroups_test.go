@@ -427,3 +427,44 @@ func TestV2Hierarchy(t *testing.T) {
 		}
 	}
 }
+
+func TestEnforceReserved(t *testing.T) {
+	ctx := context.Background()
+	mnt := v1Tree(t)
+	m, _ := newV1(t, mnt, DriverCgroupfs)
+	if err := m.EnforceReserved(ctx, "/system.slice", rl("cpu", "500m", "memory", "1Gi"), false); err == nil {
+		t.Fatal("a missing reserved cgroup was accepted")
+	}
+	for _, c := range []string{"cpu", "memory", "pids"} {
+		if err := os.MkdirAll(filepath.Join(mnt, c, "system.slice"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.EnforceReserved(ctx, "/system.slice", rl("cpu", "500m", "memory", "1Gi", "pid", "1000"), false); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ file, want string }{
+		{"cpu/system.slice/cpu.shares", "512"},
+		{"memory/system.slice/memory.limit_in_bytes", "1073741824"},
+		{"pids/system.slice/pids.max", "1000"},
+	} {
+		if got := read(t, filepath.Join(mnt, tt.file)); got != tt.want {
+			t.Errorf("%s = %s, want %s", tt.file, got, tt.want)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(mnt, "cpu", "kube"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(mnt, "memory", "kube"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.EnforceReserved(ctx, "/kube", rl("cpu", "1", "memory", "1Gi"), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "memory", "kube", "memory.limit_in_bytes")); err == nil {
+		t.Error("compressible-only enforcement limited memory")
+	}
+	if got := read(t, filepath.Join(mnt, "cpu", "kube", "cpu.shares")); got != "1024" {
+		t.Errorf("kube cpu.shares = %s", got)
+	}
+}

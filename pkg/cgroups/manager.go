@@ -270,3 +270,22 @@ func podCPURequest(pod *v1.Pod) int64 {
 	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	return reqs.Cpu().MilliValue()
 }
+
+// EnforceReserved bounds an existing cgroup (kubeReservedCgroup,
+// systemReservedCgroup) by a reservation: cpu shares and, unless only
+// the compressible resources are enforced, memory, pids and huge pages.
+func (m *Manager) EnforceReserved(ctx context.Context, cgroup string, reserved v1.ResourceList, compressibleOnly bool) error {
+	p := m.path(rootName(cgroup, m.cfg.Driver))
+	if !m.fs.exists(p) {
+		return fmt.Errorf("cgroup %q does not exist", cgroup)
+	}
+	r := NodeResources(reserved)
+	if compressibleOnly {
+		r = Resources{CPUShares: r.CPUShares}
+	}
+	if err := m.fs.set(p, r); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Enforced a reservation", "cgroup", p, "reserved", reserved, "compressibleOnly", compressibleOnly)
+	return nil
+}
