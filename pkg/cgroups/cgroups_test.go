@@ -468,3 +468,46 @@ func TestEnforceReserved(t *testing.T) {
 		t.Errorf("kube cpu.shares = %s", got)
 	}
 }
+
+func TestV2Systemd(t *testing.T) {
+	ctx := context.Background()
+	mnt := t.TempDir()
+	write(t, filepath.Join(mnt, "cgroup.controllers"), "cpuset cpu io memory pids\n")
+	m, err := New(Config{Driver: DriverSystemd, Mount: mnt, Pod: PodOptions{CPUCFSQuota: true},
+		NodeLimits: rl("cpu", "2", "memory", "4Gi"), Kill: func(int) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.fs = unifiedFS{mount: mnt, rmdir: fakeRmdir}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.EnsurePod(ctx, pod("ab-cd", guaranteed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/kubepods.slice/kubepods-podab_cd.slice"; p != want {
+		t.Errorf("pod cgroup = %s, want %s", p, want)
+	}
+	for _, tt := range []struct{ file, want string }{
+		{"kubepods.slice/memory.max", "4294967296"},
+		{"kubepods.slice/kubepods-besteffort.slice/cpu.weight", "1"},
+		{"kubepods.slice/kubepods-podab_cd.slice/cpu.max", "50000 100000"},
+		{"kubepods.slice/kubepods-podab_cd.slice/memory.max", "134217728"},
+		{"kubepods.slice/cgroup.subtree_control", "+cpuset +cpu +io +memory +pids"},
+	} {
+		if got := read(t, filepath.Join(mnt, tt.file)); got != tt.want {
+			t.Errorf("%s = %q, want %q", tt.file, got, tt.want)
+		}
+	}
+	uids, err := m.PodUIDs()
+	if err != nil || !slices.Equal(uids, []types.UID{"ab-cd"}) {
+		t.Errorf("PodUIDs = %v, %v", uids, err)
+	}
+	if err := m.RemovePod(ctx, "ab-cd"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, p)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pod slice left: %v", err)
+	}
+}
