@@ -46,22 +46,55 @@ func ContainerResources(pod *v1.Pod, c *v1.Container, opts NodeOptions) *runtime
 			memLimit = pod.Spec.Resources.Limits.Memory()
 		}
 	}
-	cpuRequest := cpuLimit
+	var cpuRequest *resource.Quantity
 	if req, ok := c.Resources.Requests[v1.ResourceCPU]; ok {
 		cpuRequest = &req
+	}
+	r := linuxResources(cpuRequest, cpuLimit, memLimit, opts)
+	r.OomScoreAdj = OOMScoreAdj(pod, c, opts.MemoryCapacity)
+	r.HugepageLimits = hugePageLimits(pod, c, opts.HugePageSizes, podLevel)
+	if opts.OOMKillGroup {
+		r.Unified = map[string]string{"memory.oom.group": "1"}
+	}
+	return r
+}
+
+// SandboxResources is what the pod's containers ask for together (its
+// overhead aside), the resources the runtime is told its sandbox is for.
+func SandboxResources(pod *v1.Pod, opts NodeOptions) *runtimeapi.LinuxContainerResources {
+	o := resourcehelper.PodResourcesOptions{ExcludeOverhead: true}
+	reqs, limits := resourcehelper.PodRequests(pod, o), resourcehelper.PodLimits(pod, o)
+	var cpuRequest *resource.Quantity
+	if _, ok := reqs[v1.ResourceCPU]; ok {
+		cpuRequest = reqs.Cpu()
+	}
+	return linuxResources(cpuRequest, limits.Cpu(), limits.Memory(), opts)
+}
+
+// OverheadResources is the pod's overhead (from its RuntimeClass), as
+// requests equal to limits; empty without one.
+func OverheadResources(pod *v1.Pod, opts NodeOptions) *runtimeapi.LinuxContainerResources {
+	if pod.Spec.Overhead == nil {
+		return &runtimeapi.LinuxContainerResources{}
+	}
+	cpu := pod.Spec.Overhead.Cpu()
+	return linuxResources(cpu, cpu, pod.Spec.Overhead.Memory(), opts)
+}
+
+// linuxResources is cpu shares from the request (the limit when there is
+// none), the CFS quota from the limit when quotas are enforced, and the
+// memory limit.
+func linuxResources(cpuRequest, cpuLimit, memLimit *resource.Quantity, opts NodeOptions) *runtimeapi.LinuxContainerResources {
+	if cpuRequest == nil {
+		cpuRequest = cpuLimit
 	}
 	r := &runtimeapi.LinuxContainerResources{
 		CpuShares:          int64(MilliCPUToShares(cpuRequest.MilliValue())),
 		MemoryLimitInBytes: memLimit.Value(),
-		OomScoreAdj:        OOMScoreAdj(pod, c, opts.MemoryCapacity),
-		HugepageLimits:     hugePageLimits(pod, c, opts.HugePageSizes, podLevel),
 	}
 	if opts.CPUCFSQuota {
 		r.CpuPeriod = PeriodMicros(opts.CPUCFSQuotaPeriod)
 		r.CpuQuota = MilliCPUToQuota(cpuLimit.MilliValue(), r.CpuPeriod)
-	}
-	if opts.OOMKillGroup {
-		r.Unified = map[string]string{"memory.oom.group": "1"}
 	}
 	return r
 }

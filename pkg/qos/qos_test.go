@@ -223,3 +223,23 @@ func TestHugePageSize(t *testing.T) {
 		}
 	}
 }
+
+func TestSandboxResources(t *testing.T) {
+	opts := NodeOptions{CPUCFSQuota: true}
+	p := podWith(res(rl("cpu", "100m", "memory", "64Mi"), rl("cpu", "200m", "memory", "128Mi")),
+		res(rl("cpu", "300m", "memory", "64Mi"), rl("cpu", "300m", "memory", "128Mi")))
+	p.Spec.Overhead = rl("cpu", "50m", "memory", "10Mi")
+	got := SandboxResources(p, opts)
+	want := &runtimeapi.LinuxContainerResources{CpuShares: 409, CpuPeriod: 100000, CpuQuota: 50000, MemoryLimitInBytes: 256 << 20}
+	if got.String() != want.String() {
+		t.Errorf("SandboxResources = %v, want %v (overhead excluded)", got, want)
+	}
+	over := OverheadResources(p, opts)
+	wantOver := &runtimeapi.LinuxContainerResources{CpuShares: 51, CpuPeriod: 100000, CpuQuota: 5000, MemoryLimitInBytes: 10 << 20}
+	if over.String() != wantOver.String() {
+		t.Errorf("OverheadResources = %v, want %v", over, wantOver)
+	}
+	if got := OverheadResources(podWith(v1.ResourceRequirements{}), opts); got.String() != "" {
+		t.Errorf("no overhead = %v, want empty", got)
+	}
+}

@@ -70,6 +70,9 @@ func TestWorkerPodCgroup(t *testing.T) {
 	if got, want := rec.last.GetLinux().GetCgroupParent(), "/kubepods/burstable/pod"+string(pod.UID); got != want {
 		t.Errorf("sandbox cgroup parent = %q, want %q", got, want)
 	}
+	if r := rec.last.GetLinux().GetResources(); r == nil || r.CpuShares != 2 {
+		t.Errorf("sandbox resources = %v, want the pod's (BestEffort: 2 shares)", r)
+	}
 	h.exit("a", 0)
 	h.exit("b", 0)
 	h.sync(pod, false) // the pod ends: everything is stopped

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
@@ -99,6 +100,8 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
 		return time.Second, false
 	}
+	sandboxCfg.Linux.Resources = qos.SandboxResources(pod, w.d.cfg.Resources)
+	sandboxCfg.Linux.Overhead = qos.OverheadResources(pod, w.d.cfg.Resources)
 	sandboxID := plan.SandboxID
 	if plan.CreateSandbox {
 		err := w.step(ctx, "sandbox", func() error {

@@ -162,6 +162,18 @@ func TestQoSCgroups(t *testing.T) {
 			if ctl != "memory" {
 				continue
 			}
+			// The container's own cgroup, inside the pod's, carries the
+			// container's resources as the runtime was given them.
+			ctr := containerCgroup(t, sleep[0], rel)
+			for _, c := range []struct{ ctl, file, want string }{
+				{"cpu", "cpu.shares", w.shares},
+				{"cpu", "cpu.cfs_quota_us", w.quota},
+				{"memory", "memory.limit_in_bytes", w.memory},
+			} {
+				if got := cgroupValue(t, c.ctl, ctr, c.file); got != c.want {
+					t.Errorf("%s container %s/%s = %s, want %s", w.class, ctr, c.file, got, c.want)
+				}
+			}
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", sleep[0]))
 			if err != nil {
 				t.Fatal(err)
@@ -210,6 +222,26 @@ func TestQoSCgroups(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// containerCgroup is the v1 memory cgroup of process pid, which must lie below podRel.
+func containerCgroup(t *testing.T, pid int, podRel string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && parts[1] == "memory" {
+			if !strings.HasPrefix(parts[2], podRel+"/") {
+				t.Fatalf("process %d is in %s, not below the pod cgroup %s", pid, parts[2], podRel)
+			}
+			return parts[2]
+		}
+	}
+	t.Fatalf("no memory cgroup for process %d:\n%s", pid, b)
+	return ""
 }
 
 // containerdOOMScoreAdj is the harness containerd's own oom_score_adj.
