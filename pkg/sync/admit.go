@@ -28,8 +28,10 @@ const (
 // from an earlier run of the agent) was admitted before and is not
 // judged again, so that a restarted agent never rejects what it
 // admitted; a new pod is judged once every pod bound here is known, so
-// that it is counted against all of them. A rejected pod fails, as the
-// kubelet fails it, and nothing of it is made.
+// that it is counted against all of them, and after every pod bound
+// before it, so that the same pods win whatever order their workers run
+// in. A rejected pod fails, as the kubelet fails it, and nothing of it
+// is made.
 func (w *Worker) admit(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) admitOutcome {
 	if w.holds.Load() {
 		return admitted
@@ -39,12 +41,14 @@ func (w *Worker) admit(ctx context.Context, pod *v1.Pod, observed *runtime.PodSt
 		w.holds.Store(true)
 		return admitted
 	}
-	if !d.listed() {
+	if !d.listed() || d.waitingOlder(w.uid, pod) {
 		return undecided
 	}
 	logger := klog.FromContext(ctx)
 	d.admitMu.Lock()
 	defer d.admitMu.Unlock()
+	// Whatever the outcome, the next pod in line may now be judged.
+	defer d.pokeWaiting()
 	var r admission.Result
 	node, err := d.cfg.Node(ctx)
 	if err != nil {
@@ -62,6 +66,7 @@ func (w *Worker) admit(ctx context.Context, pod *v1.Pod, observed *runtime.PodSt
 		w.holds.Store(true)
 		return admitted
 	}
+	w.ended.Store(true)
 	d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
 	d.cfg.Status.SetFinal(pod, v1.PodStatus{
 		Phase: v1.PodFailed, Reason: r.Reason, Message: r.StatusMessage(), QOSClass: qos.Class(pod),
@@ -101,4 +106,44 @@ func (d *Dispatcher) admittedPods(except types.UID) []*v1.Pod {
 		}
 	}
 	return out
+}
+
+// waitingOlder says whether a pod created before pod still waits for its
+// admission: it is judged first, as the kubelet admits pods in the order
+// they were created.
+func (d *Dispatcher) waitingOlder(except types.UID, pod *v1.Pod) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for uid, w := range d.workers {
+		if uid == except || w.holds.Load() || w.ended.Load() {
+			continue
+		}
+		other, removed := w.latest()
+		if removed || other == nil || other.DeletionTimestamp != nil || isTerminal(other.Status.Phase) || other.Status.StartTime != nil {
+			continue
+		}
+		if createdBefore(other, pod) {
+			return true
+		}
+	}
+	return false
+}
+
+// createdBefore orders pods by creation, then by UID.
+func createdBefore(a, b *v1.Pod) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.UID < b.UID
+}
+
+// pokeWaiting wakes the workers of pods not judged yet.
+func (d *Dispatcher) pokeWaiting() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, w := range d.workers {
+		if !w.holds.Load() && !w.ended.Load() {
+			w.poke()
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -134,5 +135,52 @@ func TestAdmissionWaitsForTheSource(t *testing.T) {
 	h.sync(pod, false)
 	if len(h.rt.Sandboxes) != 1 {
 		t.Errorf("sandboxes = %d once listed, want 1", len(h.rt.Sandboxes))
+	}
+}
+
+func TestAdmissionFollowsCreationOrder(t *testing.T) {
+	older := basePod(withCPU("1"))
+	older.CreationTimestamp = metav1.NewTime(t0)
+	h := newHarness(t, older)
+	withAdmission(t, h, "1500m")
+	d := h.w.d
+	d.workers[older.UID] = h.w
+
+	younger := basePod(withCPU("1"))
+	younger.UID, younger.Name = "uid-2", "p2"
+	younger.CreationTimestamp = metav1.NewTime(t0.Add(time.Second))
+	wy := newWorker(d, younger)
+	d.workers[younger.UID] = wy
+
+	// The younger pod's worker runs first: it waits for the older pod.
+	if got := wy.admit(context.Background(), younger, nil); got != undecided {
+		t.Fatalf("younger pod judged before an older waiting one: %v", got)
+	}
+	select { // no wake-up pending yet
+	case <-wy.wake:
+	default:
+	}
+	if got := h.w.admit(context.Background(), older, nil); got != admitted {
+		t.Fatalf("older pod: %v", got)
+	}
+	select {
+	case <-wy.wake:
+	default:
+		t.Error("the waiting younger pod was not woken once the older was judged")
+	}
+	if got := wy.admit(context.Background(), younger, nil); got != rejected {
+		t.Errorf("younger pod: %v, want rejected for the older one's cpu", got)
+	}
+
+	// A deleted older pod holds nobody up.
+	third := basePod(withCPU("100m"))
+	third.UID, third.CreationTimestamp = "uid-3", metav1.NewTime(t0.Add(2*time.Second))
+	gone := basePod(withCPU("100m"))
+	gone.UID, gone.CreationTimestamp = "uid-0", metav1.NewTime(t0.Add(-time.Second))
+	now := metav1.Now()
+	gone.DeletionTimestamp = &now
+	d.workers[gone.UID] = newWorker(d, gone)
+	if got := newWorker(d, third).admit(context.Background(), third, nil); got == undecided {
+		t.Error("a deleted older pod held up admission")
 	}
 }
