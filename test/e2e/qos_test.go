@@ -196,8 +196,10 @@ func TestQoSCgroups(t *testing.T) {
 	if got := cgroupValue(t, "cpu", kubepods+"/besteffort", "cpu.shares"); got != "2" {
 		t.Errorf("besteffort cpu.shares = %s, want 2", got)
 	}
-	// kubepods is bounded by the node (the harness reserves nothing).
-	if got, want := cgroupValue(t, "cpu", kubepods, "cpu.shares"), strconv.FormatInt(node.Status.Capacity.Cpu().MilliValue()*1024/1000, 10); got != want {
+	// kubepods is bounded by node allocatable (enforceNodeAllocatable: pods): cpu
+	// as allocatable has it; memory less reservations only, not the eviction
+	// threshold, which the harness reserves nothing beside.
+	if got, want := cgroupValue(t, "cpu", kubepods, "cpu.shares"), strconv.FormatInt(node.Status.Allocatable.Cpu().MilliValue()*1024/1000, 10); got != want {
 		t.Errorf("kubepods cpu.shares = %s, want %s", got, want)
 	}
 	if got, want := cgroupValue(t, "memory", kubepods, "memory.limit_in_bytes"), strconv.FormatInt(memCapacity, 10); got != want {
