@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/nodeagent/nodeagent/pkg/cgroups"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 )
@@ -53,10 +54,9 @@ func (s secretGetter) GetSecret(ctx context.Context, namespace, name string) (*v
 // podOptions turns the configuration into the settings of every pod sandbox.
 func podOptions(cfg *agentConfig) runtime.PodOptions {
 	kc := cfg.kubelet
-	parent := path.Join("/", kc.CgroupRoot, "kubepods")
-	if kc.CgroupDriver == "systemd" {
-		parent = "kubepods.slice"
-	}
+	// With cgroupsPerQOS each pod gets its own cgroup as its parent (see
+	// startCgroups); without, every sandbox goes straight under cgroupRoot.
+	parent := path.Join("/", kc.CgroupRoot)
 	resolv := ""
 	if kc.ResolverConfig != nil {
 		resolv = *kc.ResolverConfig
@@ -130,20 +130,34 @@ func maxRestartBackoff(kc *kubeletv1beta1.KubeletConfiguration) time.Duration {
 }
 
 // knownPods are the pods the node holds anything of: those in the runtime,
-// and those with a directory left on disk (found after a restart), so that
-// a pod the apiserver no longer has is cleaned up whatever is left of it.
-func knownPods(ctx context.Context, inRuntime []runtime.PodRef, volumes *volume.Manager) []runtime.PodRef {
+// those with a directory left on disk and those with a pod cgroup (found
+// after a restart), so that a pod the apiserver no longer has is cleaned
+// up whatever is left of it.
+func knownPods(ctx context.Context, inRuntime []runtime.PodRef, volumes *volume.Manager, cg *cgroups.Manager) []runtime.PodRef {
 	seen := make(map[types.UID]bool, len(inRuntime))
 	for _, ref := range inRuntime {
 		seen[ref.UID] = true
+	}
+	add := func(uid types.UID) {
+		if !seen[uid] {
+			seen[uid] = true
+			inRuntime = append(inRuntime, runtime.PodRef{UID: uid})
+		}
 	}
 	onDisk, err := volumes.Reconstruct(ctx)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing pod directories failed")
 	}
 	for _, p := range onDisk {
-		if !seen[p.UID] {
-			inRuntime = append(inRuntime, runtime.PodRef{UID: p.UID})
+		add(p.UID)
+	}
+	if cg != nil {
+		uids, err := cg.PodUIDs()
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Listing pod cgroups failed")
+		}
+		for _, uid := range uids {
+			add(uid)
 		}
 	}
 	return inRuntime

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/config"
 	"github.com/nodeagent/nodeagent/pkg/node"
 	"github.com/nodeagent/nodeagent/pkg/pleg"
@@ -89,6 +90,23 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	// The machine's facts size the pods: memory capacity for OOM scores,
+	// capacity and allocatable for the kubepods cgroup and admission.
+	machine, err := node.HostReader{RootDir: cfg.rootDir}.Read()
+	if err != nil {
+		return err
+	}
+	capacity := node.Capacity(machine, kc.MaxPods)
+	podCgroups, err := startCgroups(ctx, cfg, capacity)
+	if err != nil {
+		return err
+	}
+
+	admitter, err := admission.New(admission.Config{AllowedUnsafeSysctls: kc.AllowedUnsafeSysctls, KernelVersion: machine.KernelVersion})
+	if err != nil {
+		return err
+	}
+
 	recorder, stopEvents := newEventRecorder(ctx, client, cfg.nodeName)
 	defer stopEvents()
 	statusMgr, err := status.NewManager(status.Config{Client: client})
@@ -115,6 +133,10 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	}
 	var source *config.APISource
 	env, envInformers := newEnvSource(client)
+	var cg podsync.PodCgroups
+	if podCgroups != nil {
+		cg = podCgroups
+	}
 	dispatcher, err = podsync.NewDispatcher(podsync.Config{
 		Runtime:               cri,
 		Images:                cri,
@@ -128,10 +150,14 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Allocatable:           nodeCtrl.Allocatable,
 		VolumeRefreshPeriod:   kc.SyncFrequency.Duration,
 		PodOptions:            podOptions(cfg),
+		Resources:             containerResourceOptions(cfg, machine),
+		Cgroups:               cg,
+		Admitter:              admitter,
+		Node:                  admissionNode(client, cfg, capacity),
 		RootDir:               cfg.rootDir,
 		NodeIPs:               hostIPs(cfg),
 		RuntimeName:           version.RuntimeName,
-		Known:                 func() []runtime.PodRef { return knownPods(ctx, podEvents.Cache().UIDs(), volumes) },
+		Known:                 func() []runtime.PodRef { return knownPods(ctx, podEvents.Cache().UIDs(), volumes, podCgroups) },
 		SourceSynced:          func() bool { return source.HasSynced() },
 		MaxRestartBackoff:     maxRestartBackoff(kc),
 		MaxParallelImagePulls: maxParallelImagePulls(kc),

@@ -108,6 +108,7 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 	if _, err := node.ParseReserved("systemReserved", kc.SystemReserved); err != nil {
 		errs = append(errs, err)
 	}
+	validateEnforcement(kc, fail)
 	if len(errs) == 0 {
 		return nil
 	}
@@ -117,4 +118,51 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 		msgs[i] = e.Error()
 	}
 	return fmt.Errorf("%w: %s", errInvalidConfig, strings.Join(msgs, "; "))
+}
+
+// enforceNodeAllocatable keys, as the kubelet names them.
+const (
+	enforceNone                     = "none"
+	enforceSystemReserved           = "system-reserved"
+	enforceSystemReservedCompressed = "system-reserved-compressible"
+	enforceKubeReserved             = "kube-reserved"
+	enforceKubeReservedCompressed   = "kube-reserved-compressible"
+)
+
+// validateEnforcement checks enforceNodeAllocatable: known keys, each
+// once, "none" alone, a reserved cgroup for each reservation enforced.
+func validateEnforcement(kc *kubeletv1beta1.KubeletConfiguration, fail func(field, format string, args ...any)) {
+	const field = "enforceNodeAllocatable"
+	seen := map[string]bool{}
+	for _, key := range kc.EnforceNodeAllocatable {
+		if seen[key] {
+			fail(field, "duplicated enforcement %q", key)
+			continue
+		}
+		seen[key] = true
+		switch key {
+		case enforcePods:
+		case enforceSystemReserved, enforceSystemReservedCompressed:
+			if kc.SystemReservedCgroup == "" {
+				fail("systemReservedCgroup", "must be set when %q or %q is in enforceNodeAllocatable", enforceSystemReserved, enforceSystemReservedCompressed)
+			}
+		case enforceKubeReserved, enforceKubeReservedCompressed:
+			if kc.KubeReservedCgroup == "" {
+				fail("kubeReservedCgroup", "must be set when %q or %q is in enforceNodeAllocatable", enforceKubeReserved, enforceKubeReservedCompressed)
+			}
+		case enforceNone:
+			if len(kc.EnforceNodeAllocatable) > 1 {
+				fail(field, "may not hold anything beside %q", enforceNone)
+			}
+		default:
+			fail(field, "unknown enforcement %q, want %q, %q, %q, %q, %q or %q", key, enforcePods,
+				enforceSystemReserved, enforceSystemReservedCompressed, enforceKubeReserved, enforceKubeReservedCompressed, enforceNone)
+		}
+	}
+	if seen[enforceSystemReserved] && seen[enforceSystemReservedCompressed] {
+		fail(field, "%q and %q exclude each other", enforceSystemReserved, enforceSystemReservedCompressed)
+	}
+	if seen[enforceKubeReserved] && seen[enforceKubeReservedCompressed] {
+		fail(field, "%q and %q exclude each other", enforceKubeReserved, enforceKubeReservedCompressed)
+	}
 }

@@ -148,3 +148,14 @@ func allocatable(capacity, kubeReserved, systemReserved v1.ResourceList, evictio
 	out[v1.ResourceMemory] = mem
 	return out
 }
+
+// Capacity is the node's capacity as it reports it: the machine's cpus,
+// memory, huge pages and root filesystem, and maxPods pods.
+func Capacity(m Machine, maxPods int32) v1.ResourceList { return capacity(m, maxPods) }
+
+// Allocatable is what pods may use of capacity: capacity less the kube
+// and system reservations and the hard eviction thresholds, as the node
+// reports it and admission counts it.
+func Allocatable(capacity, kubeReserved, systemReserved v1.ResourceList, evictionHard map[string]Threshold) v1.ResourceList {
+	return allocatable(capacity, kubeReserved, systemReserved, evictionHard)
+}

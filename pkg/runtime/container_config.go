@@ -35,6 +35,9 @@ type ContainerInputs struct {
 	// Command and Args replace the spec's when set: they are the spec's
 	// with $(VAR) references expanded (ExpandCommand).
 	Command, Args []string
+	// Resources are the container's cgroup limits (cpu, memory, huge
+	// pages) and OOM score; nil leaves them to the runtime's defaults.
+	Resources *runtimeapi.LinuxContainerResources
 }
 
 // ContainerConfig translates one container of a pod into the config the
@@ -55,7 +58,7 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 		Stdin:       c.Stdin,
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,
-		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: in.Security},
+		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: in.Security, Resources: in.Resources},
 	}
 	if cfg.Linux.SecurityContext == nil {
 		cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}

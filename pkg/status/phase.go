@@ -2,6 +2,8 @@ package status
 
 import (
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/qos"
 )
 
 // Phase derives the pod phase from its container statuses. terminal says
@@ -74,32 +76,9 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, terminal bo
 	return v1.PodPending
 }
 
-// QOSClass is the pod's quality-of-service class from its requests and
-// limits of cpu and memory.
+// QOSClass is the pod's quality-of-service class: the one the apiserver
+// recorded, else the one its requests and limits (pod-level ones when
+// set) give.
 func QOSClass(pod *v1.Pod) v1.PodQOSClass {
-	var all []v1.Container
-	all = append(all, pod.Spec.InitContainers...)
-	all = append(all, pod.Spec.Containers...)
-	any, guaranteed := false, true
-	for _, c := range all {
-		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[r]
-			lim, hasLim := c.Resources.Limits[r]
-			if (hasReq && !req.IsZero()) || (hasLim && !lim.IsZero()) {
-				any = true
-			}
-			if !hasLim || lim.IsZero() {
-				guaranteed = false
-			} else if hasReq && req.Cmp(lim) != 0 {
-				guaranteed = false
-			}
-		}
-	}
-	switch {
-	case !any:
-		return v1.PodQOSBestEffort
-	case guaranteed:
-		return v1.PodQOSGuaranteed
-	}
-	return v1.PodQOSBurstable
+	return qos.Class(pod)
 }

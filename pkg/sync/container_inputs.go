@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
@@ -31,6 +32,7 @@ func (w *Worker) containerInputs(ctx context.Context, pod *v1.Pod, c *v1.Contain
 		return in, err
 	}
 	in.Env = env.Vars
+	in.Resources = qos.ContainerResources(pod, c, w.d.cfg.Resources)
 	vars := env.Map()
 	in.Command, in.Args = runtime.ExpandCommand(c.Command, vars), runtime.ExpandCommand(c.Args, vars)
 

@@ -8,7 +8,9 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 
+	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 )
@@ -70,3 +72,21 @@ type Volumes interface {
 	// NextRefresh is when the pod's volumes next need a sync (tokens).
 	NextRefresh(uid types.UID) (time.Time, bool)
 }
+
+// PodCgroups makes and removes the pods' cgroups (pkg/cgroups).
+type PodCgroups interface {
+	// EnsurePod makes the pod's cgroup and returns its path, the cgroup
+	// parent of the pod's sandbox.
+	EnsurePod(ctx context.Context, pod *v1.Pod) (string, error)
+	// RemovePod removes the pod's cgroup once nothing of the pod runs.
+	RemovePod(ctx context.Context, uid types.UID) error
+}
+
+// Admitter decides whether a pod may run on the node (pkg/admission).
+type Admitter interface {
+	Admit(logger klog.Logger, pod *v1.Pod, node *v1.Node, admitted []*v1.Pod) admission.Result
+}
+
+// NodeGetter returns the node as pods are admitted against: labels,
+// taints and allocatable.
+type NodeGetter func(ctx context.Context) (*v1.Node, error)

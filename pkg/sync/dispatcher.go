@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
@@ -45,10 +46,21 @@ type Config struct {
 	// HostsFile is the node's hosts file, copied for host-network pods;
 	// defaults to /etc/hosts.
 	HostsFile string
+	// Admitter decides on every new pod before anything of it is made;
+	// nil admits every pod.
+	Admitter Admitter
+	// Node is the node pods are admitted against; required with Admitter.
+	Node NodeGetter
+	// Cgroups makes a cgroup per pod (cgroupsPerQOS); nil puts every
+	// sandbox under PodOptions.CgroupParent.
+	Cgroups PodCgroups
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// PodOptions shape every sandbox (log dir, cgroup parent, DNS).
 	PodOptions runtime.PodOptions
+	// Resources are the node's settings for container resources: CFS
+	// quota and period, memory capacity (for OOM scores), huge page sizes.
+	Resources qos.NodeOptions
 	// RuntimeHandler is passed to RunPodSandbox; empty is the default.
 	RuntimeHandler string
 	// RootDir holds the pod directories (<RootDir>/pods/<uid>).
@@ -89,6 +101,12 @@ type Dispatcher struct {
 	ctx     context.Context // set by Run; nil before
 	workers map[types.UID]*Worker
 	wg      gosync.WaitGroup
+
+	// admitMu makes admissions one at a time, each counting the pods
+	// admitted before it.
+	admitMu gosync.Mutex
+	// listed says whether every pod bound here is known (admission waits).
+	listed func() bool
 }
 
 // NewDispatcher validates cfg and builds a Dispatcher.
@@ -98,6 +116,9 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	}
 	if cfg.VolumeRefreshPeriod <= 0 {
 		cfg.VolumeRefreshPeriod = DefaultVolumeRefreshPeriod
+	}
+	if cfg.Admitter != nil && cfg.Node == nil {
+		return nil, errors.New("sync: Node is required with Admitter")
 	}
 	if cfg.Relister == nil {
 		cfg.Relister = noRelist{}
@@ -114,10 +135,17 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	if cfg.Known == nil {
 		cfg.Known = func() []runtime.PodRef { return nil }
 	}
+	// Admission waits for the source's first list, so that a new pod is
+	// judged against every pod already running here; without a source to
+	// wait for, it judges at once.
+	listed := cfg.SourceSynced
+	if listed == nil {
+		listed = func() bool { return true }
+	}
 	if cfg.SourceSynced == nil {
 		cfg.SourceSynced = func() bool { return false }
 	}
-	d := &Dispatcher{cfg: cfg, workers: map[types.UID]*Worker{}}
+	d := &Dispatcher{cfg: cfg, workers: map[types.UID]*Worker{}, listed: listed}
 	if cfg.MaxParallelImagePulls > 0 {
 		d.pulls = make(chan struct{}, cfg.MaxParallelImagePulls)
 	}

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
@@ -25,6 +26,7 @@ const (
 	eventPulling        = "Pulling"
 	eventPulled         = "Pulled"
 	eventSandboxFailed  = "FailedCreatePodSandBox"
+	eventCgroupFailed   = "FailedCreatePodContainer"
 	reasonCrashLoop     = "CrashLoopBackOff"
 	reasonCreateError   = "CreateContainerError"
 	reasonStartError    = "RunContainerError"
@@ -37,7 +39,7 @@ const (
 )
 
 // syncPod is one pass of a running pod, in the order the kubelet's
-// SyncPod tells it: pod directories, sandbox, then either the next init
+// SyncPod tells it: pod cgroup, pod directories, sandbox, then either the next init
 // container or the app containers, each with its image. It reports when
 // to look again and whether the pod has ended.
 func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) (time.Duration, bool) {
@@ -58,6 +60,18 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}()
 
+	opts := w.d.cfg.PodOptions
+	if cg := w.d.cfg.Cgroups; cg != nil {
+		err := w.step(ctx, "podCgroup", func() error {
+			parent, err := cg.EnsurePod(ctx, pod)
+			opts.CgroupParent = parent
+			return err
+		})
+		if err != nil {
+			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventCgroupFailed, "unable to ensure pod container exists: %v", err)
+			return time.Second, false
+		}
+	}
 	// Volumes first: nothing of the pod is created until every one is set up.
 	wait, err := w.mountVolumes(ctx, pod)
 	if err != nil {
@@ -84,11 +98,13 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}
 
-	sandboxCfg, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, w.d.cfg.PodOptions)
+	sandboxCfg, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
 	if err != nil {
 		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
 		return time.Second, false
 	}
+	sandboxCfg.Linux.Resources = qos.SandboxResources(pod, w.d.cfg.Resources)
+	sandboxCfg.Linux.Overhead = qos.OverheadResources(pod, w.d.cfg.Resources)
 	sandboxID := plan.SandboxID
 	if plan.CreateSandbox {
 		err := w.step(ctx, "sandbox", func() error {

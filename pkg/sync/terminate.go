@@ -88,7 +88,7 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 }
 
 // cleanup removes everything of a stopped pod: containers, sandboxes, the
-// pod directory and its logs.
+// pod cgroup, the pod directory and its logs.
 func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) error {
 	var errs []error
 	for _, c := range observed.Containers {
@@ -103,6 +103,13 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	}
 	if len(observed.Containers)+len(observed.Sandboxes) > 0 {
 		w.acted()
+	}
+	// The pod cgroup goes last, once its sandbox (and the cgroups the
+	// runtime made inside it) is gone.
+	if len(errs) == 0 {
+		if err := w.removeCgroup(ctx, pod); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := w.d.cfg.Volumes.UnmountPod(ctx, pod.UID); err != nil {
 		errs = append(errs, err)
@@ -130,4 +137,18 @@ func specContainer(pod *v1.Pod, name string, init bool) (*v1.Container, bool) {
 		}
 	}
 	return nil, init
+}
+
+// removeCgroup removes the pod's cgroup once; a busy one is retried by
+// the next pass.
+func (w *Worker) removeCgroup(ctx context.Context, pod *v1.Pod) error {
+	cg := w.d.cfg.Cgroups
+	if cg == nil || w.cgroupRemoved {
+		return nil
+	}
+	if err := cg.RemovePod(ctx, pod.UID); err != nil {
+		return fmt.Errorf("remove pod cgroup: %w", err)
+	}
+	w.cgroupRemoved = true
+	return nil
 }

@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -49,6 +50,13 @@ type Worker struct {
 	// podIPs are the addresses of the pod's current sandbox, known once
 	// the sandbox exists (the node's for a host-network pod).
 	podIPs []string
+	// cgroupRemoved: the pod's cgroup is gone for good (the pod ended).
+	cgroupRemoved bool
+
+	// holds: the pod was admitted and counts against the node's
+	// resources; ended: it no longer does (it finished or was rejected).
+	// Read by other workers' admissions.
+	holds, ended atomic.Bool
 }
 
 func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
@@ -153,7 +161,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			logger.Error(err, "Cleaning up removed pod failed, will retry")
 			return time.Second, false
 		}
-		w.state = cleaned
+		w.setState(cleaned)
 		logger.V(2).Info("Pod removed")
 		return 0, true
 	case pod.DeletionTimestamp != nil:
@@ -173,7 +181,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			logger.Error(err, "Cleaning up deleted pod failed, will retry")
 			return time.Second, false
 		}
-		w.state = cleaned
+		w.setState(cleaned)
 		w.d.cfg.Status.SetFinal(pod, st)
 		return resync, false
 	case w.state != syncing || isTerminal(pod.Status.Phase):
@@ -183,12 +191,27 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 				logger.Error(err, "Stopping finished pod failed, will retry")
 				return time.Second, false
 			}
-			w.state = terminated
+			w.setState(terminated)
 		}
-		if err := w.releaseVolumes(ctx, pod); err != nil {
-			logger.Error(err, "Tearing down the volumes of a finished pod failed, will retry")
-			return time.Second, false
+		// Nothing of an ended pod runs again: its cgroup goes, and it no
+		// longer counts in its QoS class.
+		if w.state == terminated && !hasRunning(observed) {
+			if err := w.removeCgroup(ctx, pod); err != nil {
+				logger.V(2).Info("Removing the cgroup of a finished pod failed, will retry", "err", err.Error())
+				return time.Second, false
+			}
+			if err := w.releaseVolumes(ctx, pod); err != nil {
+				logger.Error(err, "Tearing down the volumes of a finished pod failed, will retry")
+				return time.Second, false
+			}
 		}
+		return resync, false
+	}
+	switch w.admit(ctx, pod, observed) {
+	case undecided:
+		return time.Second, false
+	case rejected:
+		w.setState(terminated)
 		return resync, false
 	}
 	if reason, msg, exceeded := w.pastDeadline(pod); exceeded {
@@ -197,7 +220,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			logger.Error(err, "Stopping a pod past its deadline failed, will retry")
 			return time.Second, false
 		}
-		w.state = terminated
+		w.setState(terminated)
 		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
 		if err != nil {
 			return 0, true
@@ -213,7 +236,7 @@ func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observ
 			logger.Error(err, "Stopping finished pod failed, will retry")
 			return time.Second, false
 		}
-		w.state = terminated
+		w.setState(terminated)
 		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
 		if err != nil {
 			return 0, true
@@ -274,3 +297,28 @@ func (w *Worker) computeStatus(pod *v1.Pod, observed *runtime.PodStatus, termina
 }
 
 func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// hasRunning says whether any container or sandbox of the pod may still
+// hold processes.
+func hasRunning(observed *runtime.PodStatus) bool {
+	for _, c := range observed.Containers {
+		if c.State == runtime.ContainerRunning || c.State == runtime.ContainerCreated || c.State == runtime.ContainerUnknown {
+			return true
+		}
+	}
+	for _, sb := range observed.Sandboxes {
+		if sb.Ready {
+			return true
+		}
+	}
+	return false
+}
+
+// setState moves the pod on; a pod that stopped running no longer holds
+// node resources for admission.
+func (w *Worker) setState(s workerState) {
+	w.state = s
+	if s != syncing {
+		w.ended.Store(true)
+	}
+}
