@@ -39,7 +39,7 @@ vet:
 
 # One cluster per suite; the lifecycle suite runs last and checks the teardown of the first.
 e2e:
-	$(GO) test -tags e2e -count=1 -p 1 -timeout 60m -v $(E2E_FLAGS) ./test/e2e/
+	$(GO) test -tags e2e -count=1 -p 1 -parallel 4 -timeout 60m -v $(E2E_FLAGS) ./test/e2e/
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/lifecycle/
 
 # Never part of make test. BENCH_FLAGS e.g. "-n 50 -rounds 1 -hold 10s".

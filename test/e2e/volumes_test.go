@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -616,4 +618,74 @@ func TestHostPathTypeChecks(t *testing.T) {
 		t.Errorf("FileOrCreate did not create a file: %v", err)
 	}
 	waitPod(t, chardev, 2*time.Minute, runningAndReady)
+}
+
+// TestServiceAccountTokenRotates: a projected token with the shortest expiration the API allows
+// (10 min) is replaced before it expires (at 80% of its life, as the kubelet), and the new one
+// is accepted by the apiserver.
+func TestServiceAccountTokenRotates(t *testing.T) {
+	t.Parallel()
+	requireNodeagent(t)
+	cs := framework.Client(t)
+	ctx := framework.Context(t, 12*time.Minute)
+	exp := int64(600)
+	const audience = "nodeagent-e2e"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "vol-token-", Namespace: podNS},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{sleeper("main", corev1.VolumeMount{Name: "tok", MountPath: "/tok"})},
+			Volumes: []corev1.Volume{{Name: "tok", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Audience: audience, ExpirationSeconds: &exp, Path: "token",
+				}}},
+			}}}},
+		},
+	}
+	pod = waitPod(t, createPod(t, pod), 2*time.Minute, runningAndReady)
+	first := mustExec(t, pod, "main", "cat", "/tok/token")
+	claims := jwtClaims(t, first)
+	if life := claims.Exp - claims.Iat; life != exp {
+		t.Fatalf("token lifetime %d s, want %d", life, exp)
+	}
+	var second string
+	framework.Eventually(t, time.Duration(exp)*time.Second-30*time.Second, func() error {
+		second = mustExec(t, pod, "main", "cat", "/tok/token")
+		if second == first {
+			return fmt.Errorf("token not rotated yet (issued %s)", time.Unix(claims.Iat, 0).UTC().Format(time.TimeOnly))
+		}
+		return nil
+	})
+	rotatedAt := time.Now().Unix()
+	if age := rotatedAt - claims.Iat; age < exp*8/10-5 {
+		t.Errorf("token rotated after %d s, want at 80%% of %d s", age, exp)
+	}
+	review, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: second, Audiences: []string{audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !review.Status.Authenticated {
+		t.Errorf("the rotated token is not accepted: %s", review.Status.Error)
+	}
+}
+
+type tokenClaims struct{ Iat, Exp int64 }
+
+// jwtClaims decodes a JWT's issued-at and expiry (not its signature: the apiserver checks that).
+func jwtClaims(t *testing.T, token string) tokenClaims {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWT: %.40q", token)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatalf("JWT payload: %v", err)
+	}
+	var c tokenClaims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		t.Fatalf("JWT claims: %v", err)
+	}
+	return c
 }
