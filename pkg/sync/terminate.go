@@ -64,8 +64,12 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		if spec != nil {
 			w.d.cfg.Recorder.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "Stopping container %s", c.Name)
 		}
+		hooked := spec
+		if c.State != runtime.ContainerRunning {
+			hooked = nil // no preStop in a container that is not running
+		}
 		err := w.step(ctx, "stopContainer:"+c.Name, func() error {
-			return w.stopContainer(ctx, pod, spec, c.ID, ip, grace)
+			return w.stopContainer(ctx, pod, hooked, c.ID, ip, grace)
 		})
 		if err != nil {
 			mu.Lock()
