@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -285,10 +286,12 @@ func TestSidecarJobWithHooks(t *testing.T) {
 	if side == nil || side.State.Terminated == nil {
 		t.Fatalf("sidecar %+v, want stopped", side)
 	}
-	if !side.State.Terminated.StartedAt.Before(&app.State.Terminated.StartedAt) {
+	// Times are in whole seconds: equal is fine, reversed is not. (The
+	// app's success already shows the sidecar served it from its start.)
+	if app.State.Terminated.StartedAt.Before(&side.State.Terminated.StartedAt) {
 		t.Errorf("sidecar started at %v, app at %v: want the sidecar first", side.State.Terminated.StartedAt, app.State.Terminated.StartedAt)
 	}
-	if !app.State.Terminated.FinishedAt.Before(&side.State.Terminated.FinishedAt) && !app.State.Terminated.FinishedAt.Equal(&side.State.Terminated.FinishedAt) {
+	if side.State.Terminated.FinishedAt.Before(&app.State.Terminated.FinishedAt) {
 		t.Errorf("sidecar finished at %v, app at %v: want the app first", side.State.Terminated.FinishedAt, app.State.Terminated.FinishedAt)
 	}
 	rt, _ := framework.CRI(t)
@@ -310,4 +313,30 @@ func TestSidecarJobWithHooks(t *testing.T) {
 	if got := strings.Join(lines, ","); got != "poststart,prestop,sigterm" {
 		t.Errorf("sidecar log %q, want poststart,prestop,sigterm", got)
 	}
+}
+
+// TestReadinessGate: a pod whose readiness gate's condition is missing is
+// not Ready, for that reason; once someone else sets the condition True
+// (as a load balancer controller would), the agent makes the pod Ready.
+func TestReadinessGate(t *testing.T) {
+	t.Parallel()
+	const gate = "example.com/load-balancer"
+	pod := busyboxPod("gate", corev1.RestartPolicyAlways, "sleep 3600")
+	pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate}}
+	pod = createPod(t, pod)
+	waitPod(t, pod, 2*time.Minute, func(p *corev1.Pod) error {
+		c := podCondition(p, corev1.PodReady)
+		cr := podCondition(p, corev1.ContainersReady)
+		want := `corresponding condition of pod readiness gate "` + gate + `" does not exist.`
+		if cr == nil || cr.Status != corev1.ConditionTrue || c == nil || c.Status != corev1.ConditionFalse || c.Reason != "ReadinessGatesNotReady" || c.Message != want {
+			return fmt.Errorf("ContainersReady %+v, Ready %+v", cr, c)
+		}
+		return nil
+	})
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True"}]}}`, gate)
+	if _, err := framework.Client(t).CoreV1().Pods(podNS).Patch(framework.Context(t, 30*time.Second), pod.Name,
+		types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("set the gate's condition: %v", err)
+	}
+	waitPod(t, pod, time.Minute, runningAndReady)
 }
