@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,6 +127,7 @@ func (m *Manager) UpdatePod(pod *v1.Pod, observed *runtime.PodStatus) {
 		c         *v1.Container
 		startedAt time.Time
 		startup   bool
+		initial   Result
 	}
 	wanted := map[workerKey]want{}
 	add := func(c *v1.Container, init bool) {
@@ -143,7 +145,8 @@ func (m *Manager) UpdatePod(pod *v1.Pod, observed *runtime.PodStatus) {
 			if p == nil || (pod.DeletionTimestamp != nil && kind != Readiness) {
 				continue
 			}
-			wanted[workerKey{containerID: cur.ID, kind: kind}] = want{spec: p, c: c, startedAt: cur.StartedAt, startup: c.StartupProbe != nil}
+			wanted[workerKey{containerID: cur.ID, kind: kind}] = want{spec: p, c: c, startedAt: cur.StartedAt, startup: c.StartupProbe != nil,
+				initial: m.initial(pod, kind, cur)}
 		}
 	}
 	for i := range pod.Spec.InitContainers {
@@ -182,7 +185,7 @@ func (m *Manager) UpdatePod(pod *v1.Pod, observed *runtime.PodStatus) {
 			r = &containerResults{uid: pod.UID, hasStartup: wt.startup}
 			m.results[key.containerID] = r
 		}
-		r.set(key.kind, initialResult(key.kind))
+		r.set(key.kind, wt.initial)
 		w := &worker{m: m, key: key, spec: wt.spec, startedAt: wt.startedAt,
 			target:  Target{Pod: pod, Container: wt.c, ContainerID: key.containerID, PodIP: podIP},
 			jitter:  wt.startedAt.Before(m.began),
@@ -196,6 +199,31 @@ func (m *Manager) UpdatePod(pod *v1.Pod, observed *runtime.PodStatus) {
 	if len(ws) == 0 {
 		delete(m.pods, pod.UID)
 	}
+}
+
+// initial is a new probe's result before it runs. A container that was
+// already running when the agent started keeps what the agent last
+// reported of it (ready, started) until its probes say otherwise, so that
+// restarting the agent does not take pods out of service.
+func (m *Manager) initial(pod *v1.Pod, kind Kind, c *runtime.ContainerStatus) Result {
+	r := initialResult(kind)
+	if !c.StartedAt.Before(m.began) {
+		return r
+	}
+	for _, list := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if !strings.HasSuffix(cs.ContainerID, "://"+c.ID) {
+				continue
+			}
+			switch {
+			case kind == Readiness && cs.Ready:
+				return Success
+			case kind == Startup && cs.Started != nil && *cs.Started:
+				return Success
+			}
+		}
+	}
+	return r
 }
 
 // dropResultsLocked forgets the results of the pod's containers that are

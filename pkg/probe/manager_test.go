@@ -30,6 +30,8 @@ func TestUpdatePodPicksProbes(t *testing.T) {
 			{ID: "app-1", Name: "app", State: runtime.ContainerRunning, StartedAt: t0},
 			{ID: "gone-1", Name: "gone", State: runtime.ContainerExited},
 		}}
+	started := true
+	pod.Status.InitContainerStatuses = []v1.ContainerStatus{{Name: "side", ContainerID: "containerd://side-1", Started: &started, Ready: true}}
 	m := newTestManager(t, &fakeExec{})
 	keys := func() []string {
 		var out []string
@@ -50,8 +52,8 @@ func TestUpdatePodPicksProbes(t *testing.T) {
 	if got := keys(); fmtList(got) != want {
 		t.Errorf("probes %v, want %s (regular init containers and stopped containers are not probed)", got, want)
 	}
-	if r := m.Results("side-1"); r.Liveness != Success || r.Startup != Unknown || m.started("side-1") {
-		t.Errorf("side-1 initial results %+v, started %v", r, m.started("side-1"))
+	if r := m.Results("side-1"); r.Liveness != Success || r.Startup != Success || !m.started("side-1") {
+		t.Errorf("side-1, reported started before the agent restarted: initial results %+v, started %v", r, m.started("side-1"))
 	}
 	if r := m.Results("app-1"); r.Readiness != Failure || !m.started("app-1") {
 		t.Errorf("app-1 initial results %+v, started %v", r, m.started("app-1"))

@@ -126,6 +126,10 @@ func (w *worker) step(ctx context.Context) (time.Duration, bool) {
 	if wait := w.startedAt.Add(time.Duration(w.spec.InitialDelaySeconds) * time.Second).Sub(now); wait > 0 {
 		return wait, true
 	}
+	if w.key.kind == Startup && w.m.started(w.key.containerID) {
+		// Started before the agent did: nothing left to find out.
+		return 0, false
+	}
 	if w.key.kind != Startup && !w.m.started(w.key.containerID) {
 		// Liveness and readiness wait for the startup probe; its
 		// success triggers them.
