@@ -185,3 +185,28 @@ func TestWorkerStopsSidecarsAfterAppsWithPreStop(t *testing.T) {
 		t.Error("probes not stopped with the pod")
 	}
 }
+
+func TestReadinessGateConditionWakesWorker(t *testing.T) {
+	pod := basePod(func(p *v1.Pod) { p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "g"}} })
+	w := &Worker{pod: pod, wake: make(chan struct{}, 1)}
+	woken := func() bool {
+		select {
+		case <-w.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	other := pod.DeepCopy()
+	other.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue}}
+	w.update(other, false)
+	if woken() {
+		t.Error("a status change the pod's readiness does not depend on woke the worker")
+	}
+	gated := other.DeepCopy()
+	gated.Status.Conditions = append(gated.Status.Conditions, v1.PodCondition{Type: "g", Status: v1.ConditionTrue})
+	w.update(gated, false)
+	if !woken() {
+		t.Error("the readiness gate's condition changed without waking the worker")
+	}
+}
