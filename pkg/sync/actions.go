@@ -85,7 +85,7 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 		a.KillPod, a.Done = true, true
 		return a
 	}
-	a.SidecarsToStart, a.ProbeKills = ia.sidecars, ia.kills
+	a.SidecarsToStart, a.ProbeKills, a.ContainersToKill = ia.sidecars, ia.kills, ia.changed
 	if !ia.done {
 		a.NextInit = ia.next
 		return a
@@ -123,9 +123,11 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 type initPlan struct {
 	// next is the init container to start for the first time, or -1.
 	next int
-	// sidecars are sidecars to start again; kills failed their probes.
+	// sidecars are sidecars to start again; kills failed their probes;
+	// changed are running sidecars whose spec changed, to be replaced.
 	sidecars []int
 	kills    []probeKill
+	changed  []string
 	// done: every init container has done its part (regular ones
 	// succeeded, sidecars started); failed: one failed for good
 	// (restartPolicy Never).
@@ -180,7 +182,9 @@ func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, pro
 			p.next = i
 			return p
 		case c.State == runtime.ContainerRunning:
-			if k, failed := failedProbe(pod, spec, c, true, probes); failed {
+			if c.Hash != "" && c.Hash != runtime.ContainerHash(spec) {
+				p.changed = append(p.changed, c.ID)
+			} else if k, failed := failedProbe(pod, spec, c, true, probes); failed {
 				p.kills = append(p.kills, k)
 			}
 			if spec.StartupProbe != nil && probes[c.ID].Startup != probe.Success && !startedAfter[i] {
