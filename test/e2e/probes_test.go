@@ -24,10 +24,6 @@ func execProbe(period int32, cmd ...string) *corev1.Probe {
 	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: cmd}}, PeriodSeconds: period, FailureThreshold: 1}
 }
 
-func sleeper(name string) corev1.Container {
-	return corev1.Container{Name: name, Image: harness.BusyboxImage, Command: []string{"sh", "-c", "sleep 3600"}}
-}
-
 func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
 		for i := range list {
@@ -339,4 +335,55 @@ func TestReadinessGate(t *testing.T) {
 		t.Fatalf("set the gate's condition: %v", err)
 	}
 	waitPod(t, pod, time.Minute, runningAndReady)
+}
+
+// TestHookOrderInSharedEmptyDir: the hooks and the process of a container
+// write into an emptyDir shared with a second container. Its liveness
+// probe fails after a while, so the agent kills it, preStop first, and
+// starts it again. The file shows: postStart, then preStop, then the
+// process's SIGTERM handler, then the next instance's postStart.
+func TestHookOrderInSharedEmptyDir(t *testing.T) {
+	t.Parallel()
+	grace := int64(10)
+	write := func(msg string) *corev1.LifecycleHandler {
+		return &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "echo " + msg + " >> /shared/log"}}}
+	}
+	shared := []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+	pod := createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "hooks-", Namespace: podNS},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Volumes:                       []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Containers: []corev1.Container{
+				{
+					Name: "app", Image: harness.BusyboxImage, VolumeMounts: shared,
+					Command: []string{"sh", "-c", "trap 'echo sigterm >> /shared/log; exit 0' TERM; sleep 4; touch /tmp/unwell; " +
+						"while true; do sleep 0.2; done"},
+					Lifecycle:     &corev1.Lifecycle{PostStart: write("poststart"), PreStop: write("prestop")},
+					LivenessProbe: execProbe(1, "sh", "-c", "test ! -f /tmp/unwell"),
+				},
+				sleeper("reader", shared...),
+			},
+		},
+	})
+	got := waitPod(t, pod, 2*time.Minute, func(p *corev1.Pod) error {
+		if cs := containerStatus(p, "app"); cs == nil || cs.RestartCount < 1 || cs.State.Running == nil {
+			return fmt.Errorf("containers %s, want app restarted once and running", describeStatuses(p.Status.ContainerStatuses))
+		}
+		return nil
+	})
+	reader := containerStatus(got, "reader")
+	rt, _ := framework.CRI(t)
+	framework.Eventually(t, 30*time.Second, func() error {
+		resp, err := rt.ExecSync(framework.Context(t, 30*time.Second), &runtimeapi.ExecSyncRequest{
+			ContainerId: strings.TrimPrefix(reader.ContainerID, "containerd://"), Cmd: []string{"cat", "/shared/log"}, Timeout: 10})
+		if err != nil {
+			return err
+		}
+		lines := strings.Fields(string(resp.Stdout))
+		if len(lines) < 4 || strings.Join(lines[:4], ",") != "poststart,prestop,sigterm,poststart" {
+			return fmt.Errorf("shared log %q, want poststart,prestop,sigterm,poststart", lines)
+		}
+		return nil
+	})
 }
