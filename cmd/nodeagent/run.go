@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -20,6 +21,7 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/config"
 	"github.com/nodeagent/nodeagent/pkg/node"
 	"github.com/nodeagent/nodeagent/pkg/pleg"
+	"github.com/nodeagent/nodeagent/pkg/probe"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/server"
 	"github.com/nodeagent/nodeagent/pkg/status"
@@ -131,6 +133,15 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err := volumes.MakeRootShared(); err != nil {
 		return err
 	}
+	probes, err := probe.NewManager(probe.Config{
+		Exec:     cri,
+		Recorder: recorder,
+		OnChange: func(uid types.UID) { dispatcher.WakePod(uid) },
+		Version:  majorMinor(cfg.version),
+	})
+	if err != nil {
+		return err
+	}
 	var source *config.APISource
 	env, envInformers := newEnvSource(client)
 	var cg podsync.PodCgroups
@@ -149,6 +160,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Env:                   env,
 		Allocatable:           nodeCtrl.Allocatable,
 		VolumeRefreshPeriod:   kc.SyncFrequency.Duration,
+		Probes:                probes,
+		Hooks:                 probes,
 		PodOptions:            podOptions(cfg),
 		Resources:             containerResourceOptions(cfg, machine),
 		Cgroups:               cg,
@@ -186,6 +199,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return syncPodCIDR(gctx, client, cri, cfg.nodeName) })
 	g.Go(func() error { return statusMgr.Run(gctx) })
 	g.Go(func() error { return podEvents.Run(gctx) })
+	g.Go(func() error { return probes.Run(gctx) })
 	g.Go(func() error { return dispatcher.Run(gctx) })
 	g.Go(func() error { return source.Run(gctx) })
 	g.Go(func() error {
@@ -236,4 +250,14 @@ func waitForRuntime(ctx context.Context, cri *runtime.Client) (*runtimeapi.Versi
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// majorMinor turns the agent's Kubernetes version ("v1.37.1") into the
+// "1.37" probes put in their User-Agent; empty when it is unknown.
+func majorMinor(v string) string {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 || parts[0] == "0" {
+		return ""
+	}
+	return parts[0] + "." + parts[1]
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	utilexec "k8s.io/utils/exec"
 )
 
 // The methods below have the signatures of k8s.io/cri-api's RuntimeService
@@ -166,4 +169,29 @@ func (c *Client) PullImage(ctx context.Context, image *runtimeapi.ImageSpec, aut
 		return "", fmt.Errorf("CRI PullImage %s: %w", image.GetImage(), err)
 	}
 	return resp.GetImageRef(), nil
+}
+
+// ExecSync runs cmd in a container to completion and returns its output.
+// A command that exits non-zero yields a utilexec.CodeExitError carrying
+// the exit code. timeout is handed to the runtime, which kills the
+// command when it passes; the call itself is given the usual call timeout
+// on top, so the runtime has time to clean up. Zero means no timeout.
+func (c *Client) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error) {
+	callTimeout := c.timeout
+	if timeout > 0 {
+		callTimeout += timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := c.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: containerID, Cmd: cmd, Timeout: int64(timeout / time.Second)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("CRI ExecSync %s: %w", containerID, err)
+	}
+	if code := resp.GetExitCode(); code != 0 {
+		return resp.GetStdout(), resp.GetStderr(), utilexec.CodeExitError{
+			Err:  fmt.Errorf("command '%s' exited with %d: %s", strings.Join(cmd, " "), code, resp.GetStderr()),
+			Code: int(code),
+		}
+	}
+	return resp.GetStdout(), resp.GetStderr(), nil
 }

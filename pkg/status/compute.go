@@ -37,6 +37,22 @@ type Input struct {
 	RuntimeName string
 	// Now stamps transitions and the start time.
 	Now time.Time
+	// Probes gives the probes' verdicts on a running container, by
+	// runtime container ID; nil when nothing is probed.
+	Probes func(containerID string) ProbeResults
+}
+
+// ProbeResults is what a running container's probes say: whether its
+// startup probe has succeeded and whether its readiness probe says ready.
+// Either counts only when the container has that probe.
+type ProbeResults struct {
+	Started, Ready bool
+}
+
+// IsSidecar says whether an init container is a restartable one (a
+// sidecar): it keeps running beside the app containers.
+func IsSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 // Condition reasons the agent sets, as the kubelet names them.
@@ -46,6 +62,7 @@ const (
 	ReasonPodCompleted             = "PodCompleted"
 	ReasonContainerCreating        = "ContainerCreating"
 	ReasonPodInitializing          = "PodInitializing"
+	ReasonReadinessGatesNotReady   = "ReadinessGatesNotReady"
 )
 
 // Compute returns the pod's status. It is a pure function of in.
@@ -133,9 +150,13 @@ func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input
 			cs.LastTerminationState = containerState(seen[1], in.RuntimeName)
 		}
 		if cs.State.Running != nil {
-			started := true
+			var pr ProbeResults
+			if in.Probes != nil {
+				pr = in.Probes(latest.ID)
+			}
+			started := c.StartupProbe == nil || pr.Started
 			cs.Started = &started
-			cs.Ready = !init
+			cs.Ready = (!init || IsSidecar(c)) && started && (c.ReadinessProbe == nil || pr.Ready)
 		} else {
 			started := false
 			cs.Started = &started
@@ -219,7 +240,17 @@ func conditions(pod *v1.Pod, st *v1.PodStatus, in Input) []v1.PodCondition {
 	sb := in.Observed.LatestSandbox()
 	sandboxReady := sb != nil && sb.Ready && !in.Terminal
 	var notInit, notReady []string
-	for _, cs := range st.InitContainerStatuses {
+	for i, cs := range st.InitContainerStatuses {
+		if IsSidecar(&pod.Spec.InitContainers[i]) {
+			// A sidecar has done its part of initialization once started.
+			if (cs.Started == nil || !*cs.Started) && cs.LastTerminationState.Terminated == nil && cs.State.Terminated == nil {
+				notInit = append(notInit, cs.Name)
+			}
+			if !cs.Ready {
+				notReady = append(notReady, cs.Name)
+			}
+			continue
+		}
 		if t := cs.State.Terminated; t == nil || t.ExitCode != 0 {
 			notInit = append(notInit, cs.Name)
 		}
@@ -245,10 +276,37 @@ func conditions(pod *v1.Pod, st *v1.PodStatus, in Input) []v1.PodCondition {
 			initReason, initMsg = ReasonPodCompleted, ""
 		}
 	}
+	podReady, podReason, podMsg := len(notReady) == 0, readyReason, readyMsg
+	if podReady {
+		if msgs := unreadyGates(pod); len(msgs) > 0 {
+			podReady, podReason, podMsg = false, ReasonReadinessGatesNotReady, strings.Join(msgs, ", ")
+		}
+	}
 	return []v1.PodCondition{
 		mk(v1.PodReadyToStartContainers, sandboxReady, "", ""),
 		mk(v1.PodInitialized, len(notInit) == 0, initReason, initMsg),
-		mk(v1.PodReady, len(notReady) == 0, readyReason, readyMsg),
+		mk(v1.PodReady, podReady, podReason, podMsg),
 		mk(v1.ContainersReady, len(notReady) == 0, readyReason, readyMsg),
 	}
+}
+
+// unreadyGates lists, in the kubelet's words, the pod's readiness gates
+// whose condition (written by someone else) is missing or not True.
+func unreadyGates(pod *v1.Pod) []string {
+	var msgs []string
+	for _, g := range pod.Spec.ReadinessGates {
+		var found *v1.PodCondition
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == g.ConditionType {
+				found = &pod.Status.Conditions[i]
+			}
+		}
+		switch {
+		case found == nil:
+			msgs = append(msgs, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", string(g.ConditionType)))
+		case found.Status != v1.ConditionTrue:
+			msgs = append(msgs, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", string(g.ConditionType), found.Status))
+		}
+	}
+	return msgs
 }

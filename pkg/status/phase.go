@@ -11,7 +11,10 @@ import (
 // run): a pod that would otherwise restart its containers then ends.
 func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, terminal bool) v1.PodPhase {
 	policy := pod.Spec.RestartPolicy
-	for _, cs := range initStatuses {
+	for i, cs := range initStatuses {
+		if i < len(pod.Spec.InitContainers) && IsSidecar(&pod.Spec.InitContainers[i]) {
+			continue
+		}
 		t := cs.State.Terminated
 		if cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil {
 			t = cs.LastTerminationState.Terminated
@@ -27,6 +30,32 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus, terminal bo
 		}
 	}
 	var running, waiting, stopped, succeeded int
+	// Sidecars count as running while they run; one that has stopped
+	// counts for nothing. One not yet started keeps the pod pending until
+	// the app containers have started.
+	sidecarPending, appStarted := false, false
+	for i, cs := range initStatuses {
+		if i >= len(pod.Spec.InitContainers) || !IsSidecar(&pod.Spec.InitContainers[i]) {
+			continue
+		}
+		switch {
+		case cs.State.Running != nil:
+			running++
+			if cs.Started == nil || !*cs.Started {
+				sidecarPending = true
+			}
+		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil:
+			sidecarPending = true
+		}
+	}
+	for _, cs := range statuses {
+		if cs.State.Waiting == nil || cs.LastTerminationState.Terminated != nil {
+			appStarted = true
+		}
+	}
+	if sidecarPending && !appStarted && !terminal {
+		return v1.PodPending
+	}
 	for _, cs := range statuses {
 		switch {
 		case cs.State.Running != nil:

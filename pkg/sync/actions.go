@@ -6,7 +6,9 @@ package sync
 import (
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/nodeagent/nodeagent/pkg/probe"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/status"
 )
 
 // deadContainersKept is how many containers of one name are kept: the
@@ -32,6 +34,13 @@ type podActions struct {
 	ContainersToKill []string
 	// ContainersToRemove are dead containers past those worth keeping.
 	ContainersToRemove []string
+	// SidecarsToStart are indexes into spec.initContainers of sidecars
+	// (restartable init containers) that ran and stopped: they are
+	// started again whatever the pod's restart policy.
+	SidecarsToStart []int
+	// ProbeKills are running containers that failed their liveness or
+	// startup probe.
+	ProbeKills []probeKill
 	// Done is set when nothing will run again: every container has ended
 	// for good under the restart policy, or an init container failed with
 	// restartPolicy Never. The pod is then stopped and its status final.
@@ -39,8 +48,9 @@ type podActions struct {
 }
 
 // computePodActions decides what to do with a pod given what the runtime
-// shows of it. It is pure: the same inputs always yield the same plan.
-func computePodActions(pod *v1.Pod, observed *runtime.PodStatus) podActions {
+// shows of it and what the probes say of its running containers. It is
+// pure: the same inputs always yield the same plan.
+func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeResults) podActions {
 	a := podActions{NextInit: -1}
 	a.ContainersToRemove = prunable(observed)
 	sb := observed.LatestSandbox()
@@ -70,13 +80,14 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus) podActions {
 	}
 	a.SandboxID = sb.ID
 
-	next, initDone, initFailed := nextInitContainer(pod, observed, sb.ID)
-	if initFailed {
+	ia := initActions(pod, observed, sb.ID, probes)
+	if ia.failed {
 		a.KillPod, a.Done = true, true
 		return a
 	}
-	if !initDone {
-		a.NextInit = next
+	a.SidecarsToStart, a.ProbeKills, a.ContainersToKill = ia.sidecars, ia.kills, ia.changed
+	if !ia.done {
+		a.NextInit = ia.next
 		return a
 	}
 
@@ -93,6 +104,9 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus) podActions {
 			a.ContainersToStart = append(a.ContainersToStart, i)
 		case c.State == runtime.ContainerRunning:
 			anyRunning = true
+			if k, failed := failedProbe(pod, &pod.Spec.Containers[i], c, false, probes); failed {
+				a.ProbeKills = append(a.ProbeKills, k)
+			}
 		case shouldRestart(pod, c):
 			anyToStart = true
 			a.ContainersToStart = append(a.ContainersToStart, i)
@@ -105,27 +119,87 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus) podActions {
 	return a
 }
 
-// nextInitContainer finds the init container to run next in the current
-// sandbox: the first one that has not succeeded. It reports whether all
-// have succeeded, and whether one failed for good (restartPolicy Never).
-// A running or just-created init container means wait: next is -1.
-func nextInitContainer(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string) (next int, done, failed bool) {
-	for i := range pod.Spec.InitContainers {
-		c := latestIn(observed, pod.Spec.InitContainers[i].Name, true, sandboxID)
+// initPlan is what the init containers call for.
+type initPlan struct {
+	// next is the init container to start for the first time, or -1.
+	next int
+	// sidecars are sidecars to start again; kills failed their probes;
+	// changed are running sidecars whose spec changed, to be replaced.
+	sidecars []int
+	kills    []probeKill
+	changed  []string
+	// done: every init container has done its part (regular ones
+	// succeeded, sidecars started); failed: one failed for good
+	// (restartPolicy Never).
+	done, failed bool
+}
+
+// initActions walks the init containers in order in the current sandbox.
+// A regular one must succeed before the next starts; a sidecar must have
+// started (and passed its startup probe, if it has one), and is then kept
+// running beside what follows: started again when it stops, killed when a
+// probe fails. Once something later has started, an init container's
+// part is done for good, and only sidecars still need care.
+func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, probes probeResults) initPlan {
+	p := initPlan{next: -1}
+	inits := pod.Spec.InitContainers
+	// startedAfter[i]: some init container after i, or an app container,
+	// exists in this sandbox.
+	startedAfter := make([]bool, len(inits))
+	later := false
+	for i := range pod.Spec.Containers {
+		later = later || latestIn(observed, pod.Spec.Containers[i].Name, false, sandboxID) != nil
+	}
+	for i := len(inits) - 1; i >= 0; i-- {
+		startedAfter[i] = later
+		later = later || latestIn(observed, inits[i].Name, true, sandboxID) != nil
+	}
+	for i := range inits {
+		spec := &inits[i]
+		c := latestIn(observed, spec.Name, true, sandboxID)
+		if !status.IsSidecar(spec) {
+			if startedAfter[i] {
+				continue
+			}
+			switch {
+			case c == nil:
+				p.next = i
+				return p
+			case c.State == runtime.ContainerRunning:
+				return p
+			case c.State == runtime.ContainerExited && c.ExitCode == 0:
+				continue
+			case pod.Spec.RestartPolicy == v1.RestartPolicyNever && c.State == runtime.ContainerExited:
+				p.failed = true
+				return p
+			default:
+				p.next = i
+				return p
+			}
+		}
 		switch {
 		case c == nil:
-			return i, false, false
+			p.next = i
+			return p
 		case c.State == runtime.ContainerRunning:
-			return -1, false, false
-		case c.State == runtime.ContainerExited && c.ExitCode == 0:
-			continue
-		case pod.Spec.RestartPolicy == v1.RestartPolicyNever && c.State == runtime.ContainerExited:
-			return -1, false, true
+			if c.Hash != "" && c.Hash != runtime.ContainerHash(spec) {
+				p.changed = append(p.changed, c.ID)
+			} else if k, failed := failedProbe(pod, spec, c, true, probes); failed {
+				p.kills = append(p.kills, k)
+			}
+			if spec.StartupProbe != nil && probes[c.ID].Startup != probe.Success && !startedAfter[i] {
+				// Not started until its startup probe says so.
+				return p
+			}
 		default:
-			return i, false, false
+			p.sidecars = append(p.sidecars, i)
+			if !startedAfter[i] {
+				return p
+			}
 		}
 	}
-	return -1, true, false
+	p.done = true
+	return p
 }
 
 // shouldRestart says whether an app container that is not running is to

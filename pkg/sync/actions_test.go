@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeagent/nodeagent/pkg/probe"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
@@ -130,7 +131,104 @@ func TestComputePodActions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := computePodActions(tt.pod, tt.observed)
+			got := computePodActions(tt.pod, tt.observed, nil)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("computePodActions:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func withSidecars(names ...string) func(*v1.Pod) {
+	return func(p *v1.Pod) {
+		always := v1.ContainerRestartPolicyAlways
+		for _, n := range names {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: n, Image: "busybox", RestartPolicy: &always})
+		}
+	}
+}
+
+func withProbe(init bool, idx int, set func(c *v1.Container)) func(*v1.Pod) {
+	return func(p *v1.Pod) {
+		if init {
+			set(&p.Spec.InitContainers[idx])
+		} else {
+			set(&p.Spec.Containers[idx])
+		}
+	}
+}
+
+func initRunning(name string) *runtime.ContainerStatus {
+	c := running(name)
+	c.Init = true
+	return c
+}
+
+func TestComputePodActionsProbesAndSidecars(t *testing.T) {
+	liveness := func(c *v1.Container) { c.LivenessProbe = &v1.Probe{} }
+	startup := func(c *v1.Container) { c.StartupProbe = &v1.Probe{} }
+	grace := int64(5)
+	livenessGrace := func(c *v1.Container) { c.LivenessProbe = &v1.Probe{TerminationGracePeriodSeconds: &grace} }
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		observed *runtime.PodStatus
+		probes   probeResults
+		want     podActions
+	}{
+		{name: "liveness failed: kill, to be restarted", pod: basePod(withProbe(false, 0, livenessGrace)),
+			observed: obs(running("a"), running("b")), probes: probeResults{"a-id": {Liveness: probe.Failure}},
+			want: podActions{SandboxID: "sb", NextInit: -1, ProbeKills: []probeKill{{ID: "a-id", Name: "a",
+				Message: "Container a failed liveness probe, will be restarted", Grace: &grace}}}},
+		{name: "liveness failed, Never: kill, not restarted", pod: basePod(withProbe(false, 0, liveness), withPolicy(v1.RestartPolicyNever)),
+			observed: obs(running("a"), running("b")), probes: probeResults{"a-id": {Liveness: probe.Failure}},
+			want: podActions{SandboxID: "sb", NextInit: -1, ProbeKills: []probeKill{{ID: "a-id", Name: "a", Message: "Container a failed liveness probe"}}}},
+		{name: "startup failed: kill", pod: basePod(withProbe(false, 1, startup)),
+			observed: obs(running("a"), running("b")), probes: probeResults{"b-id": {Startup: probe.Failure}},
+			want: podActions{SandboxID: "sb", NextInit: -1, ProbeKills: []probeKill{{ID: "b-id", Name: "b", Message: "Container b failed startup probe, will be restarted"}}}},
+		{name: "liveness passing: nothing", pod: basePod(withProbe(false, 0, liveness)),
+			observed: obs(running("a"), running("b")), probes: probeResults{"a-id": {Liveness: probe.Success}},
+			want: podActions{SandboxID: "sb", NextInit: -1}},
+		{name: "a failure without that probe in the spec is ignored", pod: basePod(),
+			observed: obs(running("a"), running("b")), probes: probeResults{"a-id": {Liveness: probe.Failure}},
+			want: podActions{SandboxID: "sb", NextInit: -1}},
+		{name: "sidecar first: started before the next init container", pod: basePod(withSidecars("s"), withInit("i")), observed: obs(),
+			want: podActions{SandboxID: "sb", NextInit: 0}},
+		{name: "sidecar running: next init container starts beside it", pod: basePod(withSidecars("s"), withInit("i")), observed: obs(initRunning("s")),
+			want: podActions{SandboxID: "sb", NextInit: 1}},
+		{name: "sidecar with a startup probe not yet passed: wait", pod: basePod(withSidecars("s"), withInit("i"), withProbe(true, 0, startup)),
+			observed: obs(initRunning("s")), probes: probeResults{"s-id": {Startup: probe.Unknown}},
+			want: podActions{SandboxID: "sb", NextInit: -1}},
+		{name: "sidecar started per its startup probe: next", pod: basePod(withSidecars("s"), withInit("i"), withProbe(true, 0, startup)),
+			observed: obs(initRunning("s")), probes: probeResults{"s-id": {Startup: probe.Success}},
+			want: podActions{SandboxID: "sb", NextInit: 1}},
+		{name: "sidecar and init done: app containers", pod: basePod(withSidecars("s"), withInit("i")), observed: obs(initRunning("s"), initExited("i", 0)),
+			want: podActions{SandboxID: "sb", NextInit: -1, ContainersToStart: []int{0, 1}}},
+		{name: "sidecar exited while apps run: restart it, apps go on", pod: basePod(withSidecars("s"), withInit("i")),
+			observed: obs(initExited("s", 1), initExited("i", 0), running("a"), running("b")),
+			want:     podActions{SandboxID: "sb", NextInit: -1, SidecarsToStart: []int{0}}},
+		{name: "sidecar exited before the next init ran: restart it and wait", pod: basePod(withSidecars("s"), withInit("i")),
+			observed: obs(initExited("s", 0)),
+			want:     podActions{SandboxID: "sb", NextInit: -1, SidecarsToStart: []int{0}}},
+		{name: "sidecar restarts even with restartPolicy Never", pod: basePod(withSidecars("s"), withPolicy(v1.RestartPolicyNever)),
+			observed: obs(initExited("s", 1), running("a"), running("b")),
+			want:     podActions{SandboxID: "sb", NextInit: -1, SidecarsToStart: []int{0}}},
+		{name: "sidecar's image changed: replaced, apps go on", pod: basePod(withSidecars("s"), func(p *v1.Pod) { p.Spec.InitContainers[0].Image = "busybox:2" }),
+			observed: obs(hashed(initRunning("s"), "busybox"), running("a"), running("b")),
+			want:     podActions{SandboxID: "sb", NextInit: -1, ContainersToKill: []string{"s-id"}}},
+		{name: "sidecar liveness failed: killed, apps go on", pod: basePod(withSidecars("s"), withProbe(true, 0, liveness)),
+			observed: obs(initRunning("s"), running("a"), running("b")), probes: probeResults{"s-id": {Liveness: probe.Failure}},
+			want: podActions{SandboxID: "sb", NextInit: -1, ProbeKills: []probeKill{{ID: "s-id", Name: "s", Init: true, Message: "Init container s failed liveness probe"}}}},
+		{name: "Job-style: app done, sidecar running: pod done", pod: basePod(withSidecars("s"), withPolicy(v1.RestartPolicyNever), func(p *v1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }),
+			observed: obs(initRunning("s"), exited("a", 0)),
+			want:     podActions{SandboxID: "sb", NextInit: -1, KillPod: true, Done: true}},
+		{name: "OnFailure Job: app succeeded, sidecar crashed: pod done", pod: basePod(withSidecars("s"), withPolicy(v1.RestartPolicyOnFailure), func(p *v1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] }),
+			observed: obs(initExited("s", 1), exited("a", 0)),
+			want:     podActions{SandboxID: "sb", NextInit: -1, SidecarsToStart: []int{0}, KillPod: true, Done: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := computePodActions(tt.pod, tt.observed, tt.probes)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("computePodActions:\n got %+v\nwant %+v", got, tt.want)
 			}

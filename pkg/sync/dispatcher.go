@@ -54,6 +54,10 @@ type Config struct {
 	// Cgroups makes a cgroup per pod (cgroupsPerQOS); nil puts every
 	// sandbox under PodOptions.CgroupParent.
 	Cgroups PodCgroups
+	// Probes runs liveness, readiness and startup probes; Hooks runs
+	// postStart and preStop handlers. Both default to none.
+	Probes Prober
+	Hooks  HookRunner
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// PodOptions shape every sandbox (log dir, cgroup parent, DNS).
@@ -122,6 +126,12 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	}
 	if cfg.Relister == nil {
 		cfg.Relister = noRelist{}
+	}
+	if cfg.Probes == nil {
+		cfg.Probes = noProbes{}
+	}
+	if cfg.Hooks == nil {
+		cfg.Hooks = noProbes{}
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -212,6 +222,16 @@ func (d *Dispatcher) Wake(ref runtime.PodRef) {
 	w.removed = true
 	klog.FromContext(d.ctx).Info("Removing a pod the apiserver no longer has", "pod", klog.KObj(pod), "podUID", ref.UID)
 	d.startLocked(w)
+}
+
+// WakePod wakes the worker of a pod, if it has one: a probe's verdict on
+// one of its containers changed.
+func (d *Dispatcher) WakePod(uid types.UID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w, ok := d.workers[uid]; ok {
+		w.poke()
+	}
 }
 
 func (d *Dispatcher) startLocked(w *Worker) {

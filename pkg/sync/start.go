@@ -44,12 +44,15 @@ const (
 // to look again and whether the pod has ended.
 func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) (time.Duration, bool) {
 	logger := klog.FromContext(ctx)
-	plan := computePodActions(pod, observed)
+	plan := computePodActions(pod, observed, w.probeResults(observed))
 	if plan.Done {
 		return 0, true
 	}
 	next := w.d.cfg.ResyncPeriod
-	defer func() { w.d.cfg.Status.Set(pod, w.computeStatus(pod, observed, false)) }()
+	defer func() {
+		w.d.cfg.Probes.UpdatePod(pod, observed)
+		w.d.cfg.Status.Set(pod, w.computeStatus(pod, observed, false))
+	}()
 	// Whatever this pass does to the runtime, the next one must see all
 	// of it: a relist taken halfway (a container created, not yet
 	// started) would make it act twice.
@@ -91,6 +94,13 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 			return time.Second, false
 		}
 	}
+	for _, k := range plan.ProbeKills {
+		w.changed = true
+		if err := w.killForProbe(ctx, pod, observed, k); err != nil {
+			logger.Error(err, "Stopping a container that failed its probe failed")
+			return time.Second, false
+		}
+	}
 	for _, id := range plan.ContainersToRemove {
 		w.changed = true
 		if err := w.d.cfg.Runtime.RemoveContainer(ctx, id); err != nil {
@@ -124,6 +134,11 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 
 	w.podIPs = w.sandboxIPs(ctx, pod, observed, sandboxID)
 
+	for _, i := range plan.SidecarsToStart {
+		if wait := w.startContainer(ctx, pod, &pod.Spec.InitContainers[i], true, observed, sandboxID, sandboxCfg); wait > 0 {
+			next = min(next, wait)
+		}
+	}
 	if plan.NextInit >= 0 {
 		c := &pod.Spec.InitContainers[plan.NextInit]
 		if wait := w.startContainer(ctx, pod, c, true, observed, sandboxID, sandboxCfg); wait > 0 {
@@ -197,6 +212,10 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 	}
 	delete(w.waiting, c.Name)
 	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventStarted, "Container started")
+	if msg, ok := w.runPostStart(ctx, pod, c, init, id); !ok {
+		w.waiting[c.Name] = status.Waiting{Reason: reasonPostStartHookError, Message: msg}
+		return time.Second
+	}
 	return 0
 }
 
@@ -245,7 +264,8 @@ func (w *Worker) replaceContainer(ctx context.Context, pod *v1.Pod, observed *ru
 				"Container %s definition changed, will be restarted", c.Name)
 		}
 		return w.step(ctx, "stopContainer:"+c.Name, func() error {
-			return w.d.cfg.Runtime.StopContainer(ctx, id, gracePeriod(pod))
+			spec, _ := specContainer(pod, c.Name, c.Init)
+			return w.stopContainer(ctx, pod, spec, id, podIP(pod, observed), gracePeriod(pod))
 		})
 	}
 	return nil

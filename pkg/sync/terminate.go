@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	gosync "sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/status"
 )
 
 // Grace periods, as the kubelet applies them.
@@ -39,39 +41,67 @@ func gracePeriod(pod *v1.Pod) int64 {
 // terminate stops the pod: every container within the grace period, then
 // its sandboxes. Containers stay, for their logs and final status.
 func (w *Worker) terminate(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) error {
+	w.d.cfg.Probes.RemovePod(w.uid)
 	return w.killPod(ctx, pod, observed, gracePeriod(pod))
 }
 
-// killPod stops all live containers in parallel, then every ready sandbox.
+// killPod stops all live containers, then every ready sandbox. App
+// containers (and a running regular init container) stop first, in
+// parallel; sidecars then stop one by one in reverse order, each with
+// what is left of the grace period, so that they serve the app containers
+// to the end.
 func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus, grace int64) error {
 	var (
 		wg   gosync.WaitGroup
 		mu   gosync.Mutex
 		errs []error
 	)
+	start := w.d.cfg.Clock.Now()
+	ip := podIP(pod, observed)
 	acted := false
+	stop := func(c *runtime.ContainerStatus, grace int64) {
+		spec, init := specContainer(pod, c.Name, c.Init)
+		if spec != nil {
+			w.d.cfg.Recorder.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "Stopping container %s", c.Name)
+		}
+		hooked := spec
+		if c.State != runtime.ContainerRunning {
+			hooked = nil // no preStop in a container that is not running
+		}
+		err := w.step(ctx, "stopContainer:"+c.Name, func() error {
+			return w.stopContainer(ctx, pod, hooked, c.ID, ip, grace)
+		})
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("stop container %q: %w", c.Name, err))
+			mu.Unlock()
+		}
+	}
+	sidecars := map[string]*runtime.ContainerStatus{}
 	for _, c := range observed.Containers {
 		if c.State != runtime.ContainerRunning && c.State != runtime.ContainerCreated && c.State != runtime.ContainerUnknown {
 			continue
 		}
 		acted = true
+		if spec, _ := specContainer(pod, c.Name, c.Init); spec != nil && c.Init && status.IsSidecar(spec) {
+			if _, seen := sidecars[c.Name]; !seen {
+				sidecars[c.Name] = c
+				continue
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if spec, init := specContainer(pod, c.Name, c.Init); spec != nil {
-				w.d.cfg.Recorder.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "Stopping container %s", c.Name)
-			}
-			err := w.step(ctx, "stopContainer:"+c.Name, func() error {
-				return w.d.cfg.Runtime.StopContainer(ctx, c.ID, grace)
-			})
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("stop container %q: %w", c.Name, err))
-				mu.Unlock()
-			}
+			stop(c, grace)
 		}()
 	}
 	wg.Wait()
+	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
+		if c := sidecars[pod.Spec.InitContainers[i].Name]; c != nil {
+			left := grace - int64(w.d.cfg.Clock.Since(start)/time.Second)
+			stop(c, max(left, minGracePeriod))
+		}
+	}
 	for _, sb := range observed.Sandboxes {
 		if !sb.Ready {
 			continue

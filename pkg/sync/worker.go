@@ -74,7 +74,7 @@ func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
 // deletion or the runtime's state call for action.
 func (w *Worker) update(pod *v1.Pod, removed bool) {
 	w.mu.Lock()
-	wake := removed || pod == nil || !onlyStatusChanged(w.pod, pod)
+	wake := removed || pod == nil || !onlyStatusChanged(w.pod, pod) || gatesChanged(w.pod, pod)
 	if pod != nil {
 		w.pod = pod
 	}
@@ -293,6 +293,7 @@ func (w *Worker) computeStatus(pod *v1.Pod, observed *runtime.PodStatus, termina
 	return status.Compute(status.Input{
 		Pod: pod, Observed: observed, Waiting: w.waiting, Terminal: terminal,
 		NodeIPs: w.d.cfg.NodeIPs, RuntimeName: w.d.cfg.RuntimeName, Now: w.d.cfg.Clock.Now(),
+		Probes: w.statusProbes,
 	})
 }
 

@@ -31,6 +31,8 @@ type options struct {
 	hold   time.Duration
 	sides  []string
 	outDir string
+	// probe gives every pod an exec readiness probe running each second.
+	probe bool
 }
 
 func main() {
@@ -41,6 +43,7 @@ func main() {
 	flag.DurationVar(&o.hold, "hold", 60*time.Second, "how long CPU is measured idle and with N pods running")
 	flag.StringVar(&sides, "sides", "nodeagent,kubelet,floor", "what to measure")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON results")
+	flag.BoolVar(&o.probe, "probe", false, "give every pod an exec readiness probe run each second (the probes' cost shows in CPU with pods)")
 	flag.Parse()
 	o.sides = strings.Split(sides, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -129,7 +132,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	cpu1, _ := cpuSeconds(pid)
 	rssIdle, _, _ := memory(pid)
 	mark := markAudit(cfg.AuditLog())
-	res, err := startupRound(ctx, cs, rt, o.n, func() error {
+	res, err := startupRound(ctx, cs, rt, o.n, o.probe, func() error {
 		rss, _, _ := memory(pid)
 		r.RSSPods = append(r.RSSPods, rss)
 		c0, _ := cpuSeconds(pid)
@@ -199,7 +202,7 @@ func writeJSON(cfg *harness.Config, o options, results map[string]sideResult) er
 		"versions": map[string]string{
 			"kubernetes": version, "containerd": harness.ContainerdVersion, "nodeagent": strings.TrimSpace(string(commit)),
 		},
-		"pods": o.n, "rounds": o.rounds, "holdSeconds": o.hold.Seconds(),
+		"pods": o.n, "rounds": o.rounds, "holdSeconds": o.hold.Seconds(), "execReadinessProbe": o.probe,
 		"results": results,
 	}
 	data, err := json.MarshalIndent(out, "", "  ")

@@ -32,9 +32,10 @@ type roundResult struct {
 	Deleted      float64 `json:"deleteAllGoneSeconds"`
 }
 
-// benchPod sleeps until told to stop, and stops at once on SIGTERM.
-func benchPod(i int, image string) *corev1.Pod {
-	return &corev1.Pod{
+// benchPod sleeps until told to stop, and stops at once on SIGTERM. With probe it has an
+// exec readiness probe run every second.
+func benchPod(i int, image string, probe bool) *corev1.Pod {
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%03d", i), Namespace: benchNamespace},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
@@ -46,12 +47,19 @@ func benchPod(i int, image string) *corev1.Pod {
 			}},
 		},
 	}
+	if probe {
+		pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}},
+			PeriodSeconds: 1,
+		}
+	}
+	return pod
 }
 
 // startupRound creates n pods at once, follows them with a watch until all are Ready, and
 // then deletes them and waits until the apiserver and the runtime hold nothing of them.
 // hold runs between the two, with the pods running (the footprint is measured there).
-func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient, n int, hold func() error) (roundResult, error) {
+func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient, n int, probe bool, hold func() error) (roundResult, error) {
 	var res roundResult
 	w, err := cs.CoreV1().Pods(benchNamespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -64,7 +72,7 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
-		pod := benchPod(i, harness.BusyboxImage)
+		pod := benchPod(i, harness.BusyboxImage, probe)
 		mu.Lock()
 		times[pod.Name] = &podTimes{}
 		mu.Unlock()
