@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/config"
+	"github.com/nodeagent/nodeagent/pkg/logs"
 	"github.com/nodeagent/nodeagent/pkg/node"
 	"github.com/nodeagent/nodeagent/pkg/pleg"
 	"github.com/nodeagent/nodeagent/pkg/probe"
@@ -182,6 +184,17 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	logMaxSize := resource.MustParse(kc.ContainerLogMaxSize) // validated
+	logRotator, err := logs.New(logs.Config{
+		Runtime:  cri,
+		MaxSize:  logMaxSize.Value(),
+		MaxFiles: int(*kc.ContainerLogMaxFiles),
+		Interval: kc.ContainerLogMonitorInterval.Duration,
+	})
+	if err != nil {
+		return err
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
 	if port := *kc.HealthzPort; port > 0 {
 		healthz, err := server.NewHealthz(server.HealthzConfig{BindAddress: kc.HealthzBindAddress, Port: port})
@@ -201,6 +214,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return podEvents.Run(gctx) })
 	g.Go(func() error { return probes.Run(gctx) })
 	g.Go(func() error { return dispatcher.Run(gctx) })
+	g.Go(func() error { return logRotator.Run(gctx) })
 	g.Go(func() error { return source.Run(gctx) })
 	g.Go(func() error {
 		envInformers.Start(gctx.Done())

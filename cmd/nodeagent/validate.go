@@ -7,7 +7,9 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
@@ -41,6 +43,15 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 		if positive[field].Duration <= 0 {
 			fail(field, "must be > 0, got %v", positive[field].Duration)
 		}
+	}
+	if q, err := resource.ParseQuantity(kc.ContainerLogMaxSize); err != nil || q.Value() <= 0 {
+		fail("containerLogMaxSize", "must be a positive quantity, got %q", kc.ContainerLogMaxSize)
+	}
+	if kc.ContainerLogMaxFiles == nil || *kc.ContainerLogMaxFiles < 2 {
+		fail("containerLogMaxFiles", "must be at least 2")
+	}
+	if kc.ContainerLogMonitorInterval.Duration < 3*time.Second {
+		fail("containerLogMonitorInterval", "must be at least 3s, got %v", kc.ContainerLogMonitorInterval.Duration)
 	}
 	if kc.NodeLeaseDurationSeconds <= 0 {
 		fail("nodeLeaseDurationSeconds", "must be > 0")

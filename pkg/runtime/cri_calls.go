@@ -195,3 +195,14 @@ func (c *Client) ExecSync(ctx context.Context, containerID string, cmd []string,
 	}
 	return resp.GetStdout(), resp.GetStderr(), nil
 }
+
+// ReopenContainerLog asks the runtime to reopen a running container's log
+// file, after the agent has moved the old one aside.
+func (c *Client) ReopenContainerLog(ctx context.Context, containerID string) error {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if _, err := c.rt.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: containerID}); err != nil {
+		return fmt.Errorf("CRI ReopenContainerLog %s: %w", containerID, err)
+	}
+	return nil
+}

@@ -26,6 +26,8 @@ resolvConf: /etc/resolv.conf
 failSwapOn: false
 failCgroupV1: false
 rotateCertificates: false
+containerLogMaxSize: %s
+containerLogMaxFiles: %d
 authentication:
   anonymous:
     enabled: false
@@ -35,7 +37,7 @@ authentication:
     clientCAFile: %s
 authorization:
   mode: Webhook
-`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.path("agent", "manifests"), c.path("pki", "ca.crt"))
+`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.path("agent", "manifests"), ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
 }
 
 // AgentArgs are the command-line flags of the node agent, as a kubeadm systemd drop-in

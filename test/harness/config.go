@@ -21,23 +21,26 @@ import (
 // machine: the node IP sits on one end of a veth pair whose other end has no address, and
 // the service and cluster ranges are routed into that dead end so nothing leaves the host.
 const (
-	NodeName       = "nodeagent-node"
-	NodeIP         = "10.254.254.1"
-	nodeIPPrefix   = 30
-	ServiceCIDR    = "10.96.0.0/16"
-	KubernetesSvc  = "10.96.0.1"
-	ClusterDNS     = "10.96.0.10"
-	ClusterCIDR    = "10.244.0.0/16"
-	PodCIDR        = "10.244.0.0/24" // the first block the node IPAM controller hands out
-	ClusterDomain  = "cluster.local"
-	APIServerPort  = 6443
-	RegistryAddr   = "127.0.0.1:5000" // anonymous pulls and pushes
-	AuthRegistry   = "127.0.0.1:5001" // the same content behind htpasswd
-	RegistryUser   = "nodeagent"
-	RegistryPass   = "registry-secret"
-	etcdClientURL  = "http://127.0.0.1:2379"
-	etcdPeerURL    = "http://127.0.0.1:2380"
-	etcdMetricsURL = "http://127.0.0.1:2381"
+	NodeName      = "nodeagent-node"
+	NodeIP        = "10.254.254.1"
+	nodeIPPrefix  = 30
+	ServiceCIDR   = "10.96.0.0/16"
+	KubernetesSvc = "10.96.0.1"
+	ClusterDNS    = "10.96.0.10"
+	ClusterCIDR   = "10.244.0.0/16"
+	PodCIDR       = "10.244.0.0/24" // the first block the node IPAM controller hands out
+	ClusterDomain = "cluster.local"
+	// Small container logs, so that rotation shows within a test; both agents get them.
+	ContainerLogMaxSize  = "100Ki"
+	ContainerLogMaxFiles = 3
+	APIServerPort        = 6443
+	RegistryAddr         = "127.0.0.1:5000" // anonymous pulls and pushes
+	AuthRegistry         = "127.0.0.1:5001" // the same content behind htpasswd
+	RegistryUser         = "nodeagent"
+	RegistryPass         = "registry-secret"
+	etcdClientURL        = "http://127.0.0.1:2379"
+	etcdPeerURL          = "http://127.0.0.1:2380"
+	etcdMetricsURL       = "http://127.0.0.1:2381"
 
 	vethNode  = "na-node0" // carries NodeIP
 	vethPeer  = "na-node1" // dead end

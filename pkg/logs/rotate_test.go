@@ -1,0 +1,168 @@
+package logs
+
+import (
+	"compress/gzip"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// fakeRuntime has one running container writing to path; reopen creates
+// the file again, as the runtime does.
+type fakeRuntime struct {
+	path     string
+	reopens  int
+	failOpen bool
+	state    runtimeapi.ContainerState
+}
+
+func (f *fakeRuntime) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	return []*runtimeapi.Container{{Id: "c1", State: f.state}}, nil
+}
+
+func (f *fakeRuntime) ContainerStatus(context.Context, string, bool) (*runtimeapi.ContainerStatusResponse, error) {
+	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{Id: "c1", State: f.state, LogPath: f.path}}, nil
+}
+
+func (f *fakeRuntime) ReopenContainerLog(context.Context, string) error {
+	f.reopens++
+	if f.failOpen {
+		return os.ErrPermission
+	}
+	return os.WriteFile(f.path, nil, 0o644)
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestRotationKeepsMaxFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	rt := &fakeRuntime{path: path, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC))
+	r, err := New(Config{Runtime: rt, MaxSize: 100, MaxFiles: 3, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	write := func(n int) {
+		if err := os.WriteFile(path, []byte(strings.Repeat("x", n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(100)
+	r.RotateAll(ctx)
+	if got := listDir(t, dir); len(got) != 1 || rt.reopens != 0 {
+		t.Fatalf("a log at the limit was rotated: %v, %d reopens", got, rt.reopens)
+	}
+	for i := range 4 {
+		write(101)
+		r.RotateAll(ctx)
+		clk.Step(time.Second)
+		if rt.reopens != i+1 {
+			t.Fatalf("round %d: %d reopens", i, rt.reopens)
+		}
+		if got := listDir(t, dir); len(got) > 3 {
+			t.Fatalf("round %d: %d files %v, more than MaxFiles", i, len(got), got)
+		}
+	}
+	if got := listDir(t, dir); strings.Join(got, " ") != "0.log 0.log.20261122-080002 0.log.20261122-080003" {
+		t.Errorf("after four rotations: %v", got)
+	}
+	// A quiet round tidies down to MaxFiles-1, making room for the next rotation.
+	r.RotateAll(ctx)
+	want := []string{"0.log", "0.log.20261122-080003"}
+	if got := listDir(t, dir); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("files %v, want %v", got, want)
+	}
+}
+
+func TestFailedReopenPutsTheLogBack(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	rt := &fakeRuntime{path: path, failOpen: true, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	r, _ := New(Config{Runtime: rt, MaxSize: 10, MaxFiles: 2, Clock: clocktesting.NewFakeClock(time.Now())})
+	if err := os.WriteFile(path, []byte(strings.Repeat("x", 20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.RotateAll(context.Background())
+	if got := listDir(t, dir); len(got) != 1 || got[0] != "0.log" {
+		t.Errorf("after a failed reopen: %v, want the live log back in place", got)
+	}
+}
+
+func TestCutRotationLeftoversRemoved(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	rt := &fakeRuntime{path: path, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	r, _ := New(Config{Runtime: rt, MaxSize: 1000, MaxFiles: 5, Clock: clocktesting.NewFakeClock(time.Now())})
+	for _, f := range []string{"0.log", "0.log.20261122-080000.gz.tmp", "1.log"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.RotateAll(context.Background())
+	if got := strings.Join(listDir(t, dir), " "); got != "0.log 1.log" {
+		t.Errorf("files %q, want the temporary file gone and another restart's log untouched", got)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	rt := &fakeRuntime{}
+	for _, cfg := range []Config{{MaxSize: 1, MaxFiles: 2}, {Runtime: rt, MaxSize: 0, MaxFiles: 2}, {Runtime: rt, MaxSize: 1, MaxFiles: 1}} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}
+
+func TestOlderRotatedFilesCompressed(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	rt := &fakeRuntime{path: path, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC))
+	r, _ := New(Config{Runtime: rt, MaxSize: 10, MaxFiles: 5, Clock: clk})
+	for range 3 {
+		if err := os.WriteFile(path, []byte(strings.Repeat("y", 11)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.RotateAll(context.Background())
+		clk.Step(time.Second)
+	}
+	want := "0.log 0.log.20261122-080000.gz 0.log.20261122-080001 0.log.20261122-080002"
+	if got := strings.Join(listDir(t, dir), " "); got != want {
+		t.Fatalf("files %q, want %q", got, want)
+	}
+	f, err := os.Open(filepath.Join(dir, "0.log.20261122-080000.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil || string(b) != strings.Repeat("y", 11) {
+		t.Errorf("compressed content %q %v", b, err)
+	}
+}
