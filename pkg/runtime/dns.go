@@ -25,9 +25,33 @@ type DNSOptions struct {
 // clusterNdots is the ndots option of cluster-first pods, as the kubelet sets it.
 const clusterNdots = "ndots:5"
 
+// The resolver's limits (glibc's), which the kubelet enforces on what it
+// hands the runtime: at most 3 nameservers, 32 search domains and 2048
+// characters of search line.
+const (
+	maxDNSNameservers     = 3
+	maxDNSSearchPaths     = 32
+	maxDNSSearchListChars = 2048
+)
+
+// Warning is something about a pod's configuration that the agent changed
+// or could not honour; it becomes a Warning event with this reason.
+type Warning struct {
+	Reason  string
+	Message string
+}
+
+// Reasons of the DNS warnings, as the kubelet names its events.
+const (
+	ReasonDNSConfigForming  = "DNSConfigForming"
+	ReasonMissingClusterDNS = "MissingClusterDNS"
+)
+
 // DNSConfig computes a pod's resolver configuration from its dnsPolicy
-// and dnsConfig.
-func DNSConfig(pod *v1.Pod, opts DNSOptions) (*runtimeapi.DNSConfig, error) {
+// and dnsConfig, cut to the resolver's limits; the warnings say what was
+// cut or which policy could not be honoured.
+func DNSConfig(pod *v1.Pod, opts DNSOptions) (*runtimeapi.DNSConfig, []Warning, error) {
+	var warnings []Warning
 	policy := pod.Spec.DNSPolicy
 	if policy == "" {
 		policy = v1.DNSClusterFirst
@@ -41,6 +65,9 @@ func DNSConfig(pod *v1.Pod, opts DNSOptions) (*runtimeapi.DNSConfig, error) {
 		policy = v1.DNSClusterFirst
 	}
 	if policy == v1.DNSClusterFirst && len(opts.ClusterDNS) == 0 {
+		warnings = append(warnings, Warning{Reason: ReasonMissingClusterDNS, Message: fmt.Sprintf(
+			"pod: %q. kubelet does not have ClusterDNS IP configured and cannot create Pod using %q policy. Falling back to %q policy.",
+			fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID), v1.DNSClusterFirst, v1.DNSDefault)})
 		policy = v1.DNSDefault
 	}
 	cfg := &runtimeapi.DNSConfig{}
@@ -51,25 +78,48 @@ func DNSConfig(pod *v1.Pod, opts DNSOptions) (*runtimeapi.DNSConfig, error) {
 		cfg.Searches = clusterSearches(pod.Namespace, opts.ClusterDomain)
 		host, err := readResolvConf(opts.ResolvConf)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		cfg.Searches = append(cfg.Searches, host.Searches...)
+		cfg.Searches = dedup(append(cfg.Searches, host.Searches...))
 		cfg.Options = []string{clusterNdots}
 	case v1.DNSDefault:
 		host, err := readResolvConf(opts.ResolvConf)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg = host
 	default:
-		return nil, fmt.Errorf("dnsPolicy %q is not supported", policy)
+		return nil, nil, fmt.Errorf("dnsPolicy %q is not supported", policy)
 	}
 	if dc := pod.Spec.DNSConfig; dc != nil {
 		cfg.Servers = dedup(append(cfg.Servers, dc.Nameservers...))
 		cfg.Searches = dedup(append(cfg.Searches, dc.Searches...))
 		cfg.Options = mergeOptions(cfg.Options, dc.Options)
 	}
-	return cfg, nil
+	if len(cfg.Servers) > maxDNSNameservers {
+		cfg.Servers = cfg.Servers[:maxDNSNameservers]
+		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming, Message: "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: " +
+			strings.Join(cfg.Servers, " ")})
+	}
+	if searches, cut := fitSearches(cfg.Searches); cut {
+		cfg.Searches = searches
+		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming, Message: "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " +
+			strings.Join(cfg.Searches, " ")})
+	}
+	return cfg, warnings, nil
+}
+
+// fitSearches keeps the first search domains that fit the resolver's
+// limits on their number and on the length of the search line.
+func fitSearches(searches []string) ([]string, bool) {
+	cut := false
+	if len(searches) > maxDNSSearchPaths {
+		searches, cut = searches[:maxDNSSearchPaths], true
+	}
+	for len(searches) > 0 && len(strings.Join(searches, " ")) > maxDNSSearchListChars {
+		searches, cut = searches[:len(searches)-1], true
+	}
+	return searches, cut
 }
 
 func clusterSearches(ns, domain string) []string {

@@ -1,9 +1,11 @@
 package runtime
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -48,7 +50,7 @@ func TestDNSConfig(t *testing.T) {
 			if tt.mut != nil {
 				tt.mut(pod)
 			}
-			got, err := DNSConfig(pod, tt.opts)
+			got, _, err := DNSConfig(pod, tt.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +64,7 @@ func TestDNSConfig(t *testing.T) {
 func TestSandboxConfigCarriesIdentity(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1", Labels: map[string]string{"app": "x"}},
 		Spec: v1.PodSpec{HostPID: true, Containers: []v1.Container{{Name: "c", Ports: []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}}}}}
-	cfg, err := SandboxConfig(pod, 2, PodOptions{PodLogsDir: "/var/log/pods", CgroupParent: "/kubepods"})
+	cfg, _, err := SandboxConfig(pod, 2, PodOptions{PodLogsDir: "/var/log/pods", CgroupParent: "/kubepods"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,5 +108,56 @@ func TestParseImage(t *testing.T) {
 		if err != nil || got != tt.want || reg != tt.registry {
 			t.Errorf("ParseImage(%q) = %q %q %v, want %q %q", tt.in, got, reg, err, tt.want, tt.registry)
 		}
+	}
+}
+
+func TestDNSConfigLimits(t *testing.T) {
+	long := func(n int, size int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("%0*d.example", size, i))
+		}
+		return out
+	}
+	opts := DNSOptions{ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local"}
+	for _, tt := range []struct {
+		name         string
+		dns          *v1.PodDNSConfig
+		opts         DNSOptions
+		servers      int
+		searches     int
+		wantWarnings []string
+	}{
+		{name: "within limits", dns: &v1.PodDNSConfig{Nameservers: []string{"1.1.1.1", "1.0.0.1"}}, opts: opts, servers: 3, searches: 3},
+		{name: "four nameservers", dns: &v1.PodDNSConfig{Nameservers: []string{"1.1.1.1", "1.0.0.1", "9.9.9.9"}}, opts: opts, servers: 3, searches: 3,
+			wantWarnings: []string{"DNSConfigForming: Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: 10.96.0.10 1.1.1.1 1.0.0.1"}},
+		{name: "too many search paths", dns: &v1.PodDNSConfig{Searches: long(40, 1)}, opts: opts, servers: 1, searches: 32,
+			wantWarnings: []string{"DNSConfigForming: Search Line limits were exceeded"}},
+		{name: "search line too long", dns: &v1.PodDNSConfig{Searches: long(10, 250)}, opts: opts, servers: 1, searches: 10,
+			wantWarnings: []string{"DNSConfigForming: Search Line limits were exceeded"}},
+		{name: "no cluster DNS", opts: DNSOptions{}, servers: 0, searches: 0,
+			wantWarnings: []string{`MissingClusterDNS: pod: "p_ns(u)". kubelet does not have ClusterDNS IP configured and cannot create Pod using "ClusterFirst" policy. Falling back to "Default" policy.`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"}, Spec: v1.PodSpec{DNSConfig: tt.dns}}
+			got, warnings, err := DNSConfig(pod, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Servers) != tt.servers || len(got.Searches) != tt.searches {
+				t.Errorf("%d servers, %d searches; want %d, %d", len(got.Servers), len(got.Searches), tt.servers, tt.searches)
+			}
+			if line := strings.Join(got.Searches, " "); len(line) > 2048 {
+				t.Errorf("search line of %d characters", len(line))
+			}
+			if len(warnings) != len(tt.wantWarnings) {
+				t.Fatalf("warnings %v, want %v", warnings, tt.wantWarnings)
+			}
+			for i, w := range warnings {
+				if got := w.Reason + ": " + w.Message; !strings.HasPrefix(got, tt.wantWarnings[i]) {
+					t.Errorf("warning %q, want %q", got, tt.wantWarnings[i])
+				}
+			}
+		})
 	}
 }

@@ -87,7 +87,7 @@ func TestSandboxHostname(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(p)
 			}
-			cfg, err := SandboxConfig(p, 0, PodOptions{DNS: DNSOptions{ClusterDomain: "cluster.local"}})
+			cfg, _, err := SandboxConfig(p, 0, PodOptions{DNS: DNSOptions{ClusterDomain: "cluster.local"}})
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)

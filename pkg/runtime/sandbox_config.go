@@ -29,19 +29,20 @@ func PodLogDir(podLogsDir string, pod *v1.Pod) string {
 	return filepath.Join(podLogsDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
 }
 
-// SandboxConfig translates a pod into the sandbox the runtime creates.
-func SandboxConfig(pod *v1.Pod, attempt uint32, opts PodOptions) (*runtimeapi.PodSandboxConfig, error) {
-	dns, err := DNSConfig(pod, opts.DNS)
+// SandboxConfig translates a pod into the sandbox the runtime creates;
+// the warnings say what of the pod's wishes was adjusted on the way.
+func SandboxConfig(pod *v1.Pod, attempt uint32, opts PodOptions) (*runtimeapi.PodSandboxConfig, []Warning, error) {
+	dns, warnings, err := DNSConfig(pod, opts.DNS)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	security, err := sandboxSecurity(pod, opts.Security)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hostname, err := podHostname(pod, opts.DNS.ClusterDomain)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{
@@ -59,7 +60,7 @@ func SandboxConfig(pod *v1.Pod, attempt uint32, opts PodOptions) (*runtimeapi.Po
 			Sysctls:         podSysctls(pod),
 		},
 	}
-	return cfg, nil
+	return cfg, warnings, nil
 }
 
 // maxFQDNLen is the longest name the kernel's nodename field holds.

@@ -249,7 +249,7 @@ func TestSandboxSecurity(t *testing.T) {
 	psc.FSGroup, psc.RunAsUser = ptr.To[int64](2000), ptr.To[int64](1000)
 	psc.SeccompProfile = &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}
 	p.Spec.InitContainers = []v1.Container{{Name: "i", SecurityContext: &v1.SecurityContext{Privileged: ptr.To(true)}}}
-	cfg, err := SandboxConfig(p, 0, PodOptions{})
+	cfg, _, err := SandboxConfig(p, 0, PodOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestSandboxSecurity(t *testing.T) {
 		t.Errorf("sysctls %v", cfg.Linux.Sysctls)
 	}
 	psc.SeccompProfile = &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("")}
-	if _, err := SandboxConfig(p, 0, PodOptions{}); err == nil {
+	if _, _, err := SandboxConfig(p, 0, PodOptions{}); err == nil {
 		t.Error("an empty Localhost profile must fail the sandbox")
 	}
 }

@@ -108,7 +108,7 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}
 
-	sandboxCfg, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
+	sandboxCfg, warnings, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
 	if err != nil {
 		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
 		return time.Second, false
@@ -117,6 +117,9 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	sandboxCfg.Linux.Overhead = qos.OverheadResources(pod, w.d.cfg.Resources)
 	sandboxID := plan.SandboxID
 	if plan.CreateSandbox {
+		for _, warn := range warnings {
+			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, warn.Reason, "%s", warn.Message)
+		}
 		err := w.step(ctx, "sandbox", func() error {
 			if err := os.MkdirAll(sandboxCfg.LogDirectory, logDirMode); err != nil {
 				return fmt.Errorf("create pod log directory: %w", err)
