@@ -61,32 +61,33 @@ func benchPod(i int, image string, probe bool) *corev1.Pod {
 // hold runs between the two, with the pods running (the footprint is measured there).
 func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient, n int, probe bool, hold func() error) (roundResult, error) {
 	var res roundResult
-	w, err := cs.CoreV1().Pods(benchNamespace).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
+	tr := &tracker{times: map[string]*podTimes{}, want: n, allReady: make(chan struct{}), established: make(chan struct{})}
+	for i := range n {
+		tr.times[benchPod(i, "", false).Name] = &podTimes{}
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- tr.follow(watchCtx, cs) }()
+	// The watch must be established before the first pod is created.
+	select {
+	case <-tr.established:
+	case err := <-watchErr:
 		return res, err
 	}
-	defer w.Stop()
-	times := map[string]*podTimes{}
-	var mu sync.Mutex
+
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
 		pod := benchPod(i, harness.BusyboxImage, probe)
-		mu.Lock()
-		times[pod.Name] = &podTimes{}
-		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := time.Now()
+			tr.setCreated(pod.Name, time.Now())
 			if _, err := cs.CoreV1().Pods(benchNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				errs <- err
-				return
 			}
-			mu.Lock()
-			times[pod.Name].created = t
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -94,44 +95,20 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 	for err := range errs {
 		return res, fmt.Errorf("create pods: %w", err)
 	}
-	ready := 0
-	deadline := time.After(10 * time.Minute)
-	for ready < n {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return res, fmt.Errorf("watch closed with %d of %d pods ready", ready, n)
-			}
-			pod, isPod := ev.Object.(*corev1.Pod)
-			if !isPod || ev.Type == watch.Deleted {
-				continue
-			}
-			now := time.Now()
-			mu.Lock()
-			pt := times[pod.Name]
-			mu.Unlock()
-			if pt == nil {
-				continue
-			}
-			if pt.sandboxReady.IsZero() && condTrue(pod, corev1.PodReadyToStartContainers) {
-				pt.sandboxReady = now
-			}
-			if pt.started.IsZero() && allStarted(pod) {
-				pt.started = now
-			}
-			if pt.ready.IsZero() && condTrue(pod, corev1.PodReady) {
-				pt.ready = now
-				ready++
-			}
-		case <-deadline:
-			return res, fmt.Errorf("only %d of %d pods ready after 10m", ready, n)
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
+	select {
+	case <-tr.allReady:
+	case err := <-watchErr:
+		return res, fmt.Errorf("watching the pods: %w", err)
+	case <-time.After(10 * time.Minute):
+		return res, fmt.Errorf("only %d of %d pods ready after 10m", tr.readyCount(), n)
+	case <-ctx.Done():
+		return res, ctx.Err()
 	}
 	res.AllRunning = time.Since(start).Seconds()
+	stopWatch()
+	<-watchErr
 	var sb, st, rd []float64
-	for _, pt := range times {
+	for _, pt := range tr.times {
 		sb = append(sb, since(pt.created, pt.sandboxReady))
 		st = append(st, since(pt.created, pt.started))
 		rd = append(rd, since(pt.created, pt.ready))
@@ -151,6 +128,102 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 	}
 	res.Deleted = time.Since(delStart).Seconds()
 	return res, nil
+}
+
+// tracker records when each bench pod first reached each milestone, as a watch sees it.
+type tracker struct {
+	mu          sync.Mutex
+	times       map[string]*podTimes
+	want        int
+	ready       int
+	allReady    chan struct{} // closed when want pods are Ready
+	established chan struct{} // closed once the first watch is established
+	once        sync.Once
+}
+
+func (tr *tracker) setCreated(name string, t time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.times[name].created = t
+}
+
+func (tr *tracker) readyCount() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.ready
+}
+
+func (tr *tracker) observe(pod *corev1.Pod, now time.Time) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	pt := tr.times[pod.Name]
+	if pt == nil {
+		return
+	}
+	if pt.sandboxReady.IsZero() && condTrue(pod, corev1.PodReadyToStartContainers) {
+		pt.sandboxReady = now
+	}
+	if pt.started.IsZero() && allStarted(pod) {
+		pt.started = now
+	}
+	if pt.ready.IsZero() && condTrue(pod, corev1.PodReady) {
+		pt.ready = now
+		tr.ready++
+		if tr.ready == tr.want {
+			close(tr.allReady)
+		}
+	}
+}
+
+// follow watches the bench namespace until ctx ends. The watch is drained at once (a
+// watcher that falls behind is closed by the apiserver), and a closed watch is resumed
+// from the last resource version seen, or from a fresh list when that is too old.
+func (tr *tracker) follow(ctx context.Context, cs kubernetes.Interface) error {
+	pods := cs.CoreV1().Pods(benchNamespace)
+	rv := ""
+	for {
+		if rv == "" {
+			list, err := pods.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return ignoreCanceled(ctx, err)
+			}
+			now := time.Now()
+			for i := range list.Items {
+				tr.observe(&list.Items[i], now)
+			}
+			rv = list.ResourceVersion
+		}
+		w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			return ignoreCanceled(ctx, err)
+		}
+		tr.once.Do(func() { close(tr.established) })
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				rv = "" // expired: list again
+				break
+			}
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			rv = pod.ResourceVersion
+			if ev.Type != watch.Deleted && ev.Type != watch.Bookmark {
+				tr.observe(pod, time.Now())
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+func ignoreCanceled(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // waitEmpty waits until no pod of the bench namespace exists, in the apiserver or as a
