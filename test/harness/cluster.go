@@ -18,6 +18,9 @@ func Up(ctx context.Context, cfg *Config) error {
 	if err := cfg.Complete(); err != nil {
 		return err
 	}
+	if err := cfg.lockRunDir(); err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := Down(ctx, cfg); err != nil {
 		return fmt.Errorf("clean up the previous run: %w", err)
@@ -95,6 +98,9 @@ func (c *Config) step(ctx context.Context, name string, do func(context.Context)
 // clean machine, twice, or after a crash.
 func Down(ctx context.Context, cfg *Config) error {
 	if err := cfg.Complete(); err != nil {
+		return err
+	}
+	if err := cfg.lockRunDir(); err != nil {
 		return err
 	}
 	var errs []error
