@@ -5,12 +5,13 @@
 #   make test    unit tests, then the end-to-end suites on one shared cluster
 #   make build   build bin/nodeagent
 #   make bench   pod startup and footprint, nodeagent side by side with the kubelet (BENCHMARKS.md)
+#   make bench-micro  testing.B benchmarks of the agent's hot paths
 
 GO      ?= go
 HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 
-.PHONY: all build up down test unit e2e upstream fmt vet bench
+.PHONY: all build up down test unit e2e upstream fmt vet bench bench-micro
 
 all: build
 
@@ -46,3 +47,7 @@ e2e:
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./test/cmd/bench $(BENCH_FLAGS)
+
+# The hot paths alone (status computation, relist, container config), no cluster.
+bench-micro:
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
