@@ -192,9 +192,9 @@ func (a *api) logTarget(ctx context.Context, r *http.Request, previous bool) (*r
 		}
 		latestRestarts = willRestart(pod, name, st.GetExitCode())
 	}
-	c, err := pickAttempt(attempts, previous, latestRestarts, name)
+	c, err := pickAttempt(attempts, previous, latestRestarts, pod, name)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w in pod %s/%s", err, pod.Namespace, pod.Name)
+		return nil, "", err
 	}
 	st, err := a.status(ctx, c.GetId())
 	if err != nil {
@@ -221,9 +221,10 @@ func (a *api) status(ctx context.Context, id string) (*runtimeapi.ContainerStatu
 // first. The current one is the newest. The previous one is the last that
 // terminated, as the pod's lastState shows it: the newest itself when it
 // exited and waits for its restart (CrashLoopBackOff), else the one before.
-func pickAttempt(attempts []*runtimeapi.Container, previous, latestRestarts bool, name string) (*runtimeapi.Container, error) {
+// Its errors are the kubelet's words, which users and scripts look for.
+func pickAttempt(attempts []*runtimeapi.Container, previous, latestRestarts bool, pod *v1.Pod, name string) (*runtimeapi.Container, error) {
 	if len(attempts) == 0 {
-		return nil, errorf(http.StatusNotFound, "container %q has not been created yet", name)
+		return nil, errorf(http.StatusBadRequest, "container %q in pod %q is waiting to start: %s", name, pod.Name, waitingReason(pod, name))
 	}
 	if !previous {
 		return attempts[0], nil
@@ -232,9 +233,23 @@ func pickAttempt(attempts []*runtimeapi.Container, previous, latestRestarts bool
 		return attempts[0], nil
 	}
 	if len(attempts) < 2 || attempts[1].GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
-		return nil, errorf(http.StatusBadRequest, "previous terminated container %q not found", name)
+		return nil, errorf(http.StatusBadRequest, "previous terminated container %q in pod %q not found", name, pod.Name)
 	}
 	return attempts[1], nil
+}
+
+// waitingReason is why a container that has not been created waits, as the
+// pod's last known status says (ErrImagePull, PodInitializing...), or
+// ContainerCreating.
+func waitingReason(pod *v1.Pod, name string) string {
+	for _, list := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, cs := range list {
+			if cs.Name == name && cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
+				return cs.State.Waiting.Reason
+			}
+		}
+	}
+	return "ContainerCreating"
 }
 
 // willRestart reports whether a container that exited with exitCode is to
