@@ -128,12 +128,16 @@ func (a *api) getContainerLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
-	sent := &sentWriter{w: w}
+	sent := &sentWriter{w: w, progress: writeProgress(rc, a.idleTimeout)}
 	bw := bufio.NewWriterSize(sent, 32<<10)
 	reader := &logReader{
-		opts:           opts,
-		running:        func(ctx context.Context) bool { return a.containerRunning(ctx, c.GetId()) },
-		flush:          func() { _ = bw.Flush(); _ = rc.Flush() },
+		opts:    opts,
+		running: func(ctx context.Context) bool { return a.containerRunning(ctx, c.GetId()) },
+		flush: func() {
+			_ = bw.Flush()
+			sent.progress()
+			_ = rc.Flush()
+		},
 		pollInterval:   logPollInterval,
 		statusInterval: logStatusInterval,
 	}
@@ -151,15 +155,30 @@ func (a *api) getContainerLogs(w http.ResponseWriter, r *http.Request) {
 	_ = bw.Flush()
 }
 
-// sentWriter records whether anything reached the client.
+// sentWriter records whether anything reached the client, and calls
+// progress before each write.
 type sentWriter struct {
-	w     io.Writer
-	wrote bool
+	w        io.Writer
+	wrote    bool
+	progress func()
 }
 
 func (s *sentWriter) Write(p []byte) (int, error) {
 	s.wrote = s.wrote || len(p) > 0
+	s.progress()
 	return s.w.Write(p)
+}
+
+// writeProgress returns what gives the next write to the client idle time
+// to go through (no limit when idle is 0). A client that stops reading a log
+// is cut after that long, as an idle exec stream is, instead of holding a
+// request, a file and a goroutine forever; a followed log that merely has
+// nothing new writes nothing and is not cut.
+func writeProgress(rc *http.ResponseController, idle time.Duration) func() {
+	if idle <= 0 {
+		return func() {}
+	}
+	return func() { _ = rc.SetWriteDeadline(time.Now().Add(idle)) }
 }
 
 // logTarget finds the container a log request is for, and its log file as

@@ -79,7 +79,9 @@ func nodeExec(ctx context.Context, token string, websocket bool, pod, container 
 	}
 	var ex remotecommand.Executor
 	if websocket {
-		ex, err = remotecommand.NewWebSocketExecutor(cfg, http.MethodGet, u.String())
+		// The CRI streaming servers speak the channel protocols up to v4 over WebSocket;
+		// v5 is the apiserver's, which it turns into SPDY towards nodes.
+		ex, err = remotecommand.NewWebSocketExecutorForProtocols(cfg, http.MethodGet, u.String(), "v4.channel.k8s.io")
 	} else {
 		ex, err = remotecommand.NewSPDYExecutor(cfg, http.MethodPost, u)
 	}
