@@ -128,12 +128,16 @@ func (a *api) getContainerLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
-	sent := &sentWriter{w: w}
+	sent := &sentWriter{w: w, progress: writeProgress(rc, a.idleTimeout)}
 	bw := bufio.NewWriterSize(sent, 32<<10)
 	reader := &logReader{
-		opts:           opts,
-		running:        func(ctx context.Context) bool { return a.containerRunning(ctx, c.GetId()) },
-		flush:          func() { _ = bw.Flush(); _ = rc.Flush() },
+		opts:    opts,
+		running: func(ctx context.Context) bool { return a.containerRunning(ctx, c.GetId()) },
+		flush: func() {
+			_ = bw.Flush()
+			sent.progress()
+			_ = rc.Flush()
+		},
 		pollInterval:   logPollInterval,
 		statusInterval: logStatusInterval,
 	}
@@ -151,15 +155,30 @@ func (a *api) getContainerLogs(w http.ResponseWriter, r *http.Request) {
 	_ = bw.Flush()
 }
 
-// sentWriter records whether anything reached the client.
+// sentWriter records whether anything reached the client, and calls
+// progress before each write.
 type sentWriter struct {
-	w     io.Writer
-	wrote bool
+	w        io.Writer
+	wrote    bool
+	progress func()
 }
 
 func (s *sentWriter) Write(p []byte) (int, error) {
 	s.wrote = s.wrote || len(p) > 0
+	s.progress()
 	return s.w.Write(p)
+}
+
+// writeProgress returns what gives the next write to the client idle time
+// to go through (no limit when idle is 0). A client that stops reading a log
+// is cut after that long, as an idle exec stream is, instead of holding a
+// request, a file and a goroutine forever; a followed log that merely has
+// nothing new writes nothing and is not cut.
+func writeProgress(rc *http.ResponseController, idle time.Duration) func() {
+	if idle <= 0 {
+		return func() {}
+	}
+	return func() { _ = rc.SetWriteDeadline(time.Now().Add(idle)) }
 }
 
 // logTarget finds the container a log request is for, and its log file as
@@ -192,9 +211,9 @@ func (a *api) logTarget(ctx context.Context, r *http.Request, previous bool) (*r
 		}
 		latestRestarts = willRestart(pod, name, st.GetExitCode())
 	}
-	c, err := pickAttempt(attempts, previous, latestRestarts, name)
+	c, err := pickAttempt(attempts, previous, latestRestarts, pod, name)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w in pod %s/%s", err, pod.Namespace, pod.Name)
+		return nil, "", err
 	}
 	st, err := a.status(ctx, c.GetId())
 	if err != nil {
@@ -221,9 +240,10 @@ func (a *api) status(ctx context.Context, id string) (*runtimeapi.ContainerStatu
 // first. The current one is the newest. The previous one is the last that
 // terminated, as the pod's lastState shows it: the newest itself when it
 // exited and waits for its restart (CrashLoopBackOff), else the one before.
-func pickAttempt(attempts []*runtimeapi.Container, previous, latestRestarts bool, name string) (*runtimeapi.Container, error) {
+// Its errors are the kubelet's words, which users and scripts look for.
+func pickAttempt(attempts []*runtimeapi.Container, previous, latestRestarts bool, pod *v1.Pod, name string) (*runtimeapi.Container, error) {
 	if len(attempts) == 0 {
-		return nil, errorf(http.StatusNotFound, "container %q has not been created yet", name)
+		return nil, errorf(http.StatusBadRequest, "container %q in pod %q is waiting to start: %s", name, pod.Name, waitingReason(pod, name))
 	}
 	if !previous {
 		return attempts[0], nil
@@ -232,9 +252,23 @@ func pickAttempt(attempts []*runtimeapi.Container, previous, latestRestarts bool
 		return attempts[0], nil
 	}
 	if len(attempts) < 2 || attempts[1].GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
-		return nil, errorf(http.StatusBadRequest, "previous terminated container %q not found", name)
+		return nil, errorf(http.StatusBadRequest, "previous terminated container %q in pod %q not found", name, pod.Name)
 	}
 	return attempts[1], nil
+}
+
+// waitingReason is why a container that has not been created waits, as the
+// pod's last known status says (ErrImagePull, PodInitializing...), or
+// ContainerCreating.
+func waitingReason(pod *v1.Pod, name string) string {
+	for _, list := range [][]v1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, cs := range list {
+			if cs.Name == name && cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
+				return cs.State.Waiting.Reason
+			}
+		}
+	}
+	return "ContainerCreating"
 }
 
 // willRestart reports whether a container that exited with exitCode is to

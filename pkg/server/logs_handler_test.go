@@ -126,10 +126,10 @@ func TestContainerLogsEndpoint(t *testing.T) {
 		{name: "previous attempt", target: "/containerLogs/default/web/app?previous=true", code: 200, body: "first run\n"},
 		{name: "tail and timestamps", target: "/containerLogs/default/web/app?tailLines=1&timestamps=true", code: 200, body: "2026-01-01T00:00:03Z oops\n"},
 		{name: "init container", target: "/containerLogs/default/web/init", code: 200, body: "init done\n"},
-		{name: "no previous", target: "/containerLogs/default/web/init?previous=true", code: 400, body: `previous terminated container "init" not found`},
+		{name: "no previous", target: "/containerLogs/default/web/init?previous=true", code: 400, body: `previous terminated container "init" in pod "web" not found`},
 		{name: "unknown pod", target: "/containerLogs/default/nope/app", code: 404, body: "pod default/nope not found on node node-1"},
 		{name: "unknown container", target: "/containerLogs/default/web/db", code: 404, body: `container "db" not found in pod default/web`},
-		{name: "not created yet", target: "/containerLogs/default/web/sidecar", code: 404, body: `container "sidecar" has not been created yet`},
+		{name: "not created yet", target: "/containerLogs/default/web/sidecar", code: 400, body: `container "sidecar" in pod "web" is waiting to start: ContainerCreating`},
 		{name: "bad query", target: "/containerLogs/default/web/app?tailLines=x", code: 400, body: "invalid tailLines"},
 		{name: "odd container name", target: "/containerLogs/default/web/App_1", code: 400, body: "invalid container name"},
 		{name: "encoded traversal", target: "/containerLogs/default/web/..%2F..%2Fetc%2Fshadow", code: 400, body: "invalid container name"},
@@ -186,11 +186,11 @@ func TestPickAttempt(t *testing.T) {
 		{name: "previous of a finished container", attempts: []*runtimeapi.Container{exited1, exited0}, previous: true, want: "e0"},
 		{name: "finished once, no previous", attempts: []*runtimeapi.Container{exited0}, previous: true, want: "400"},
 		{name: "first run, no previous", attempts: []*runtimeapi.Container{running}, previous: true, want: "400"},
-		{name: "never created", want: "404"},
+		{name: "never created", want: "400"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := pickAttempt(tt.attempts, tt.previous, tt.latestRestarts, "app")
+			c, err := pickAttempt(tt.attempts, tt.previous, tt.latestRestarts, pod, "app")
 			got := ""
 			if err != nil {
 				got = strconv.Itoa(err.(*httpError).code)
@@ -201,6 +201,25 @@ func TestPickAttempt(t *testing.T) {
 				t.Errorf("pickAttempt = %s (%v), want %s", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestLogErrorsSpeakAsTheKubelet: kubectl users see the kubelet's words.
+func TestLogErrorsSpeakAsTheKubelet(t *testing.T) {
+	pod := testPod()
+	running := testContainer("r", pod, "app", "0", runtimeapi.ContainerState_CONTAINER_RUNNING, 1)
+	if _, err := pickAttempt([]*runtimeapi.Container{running}, true, false, pod, "app"); err == nil ||
+		err.Error() != `previous terminated container "app" in pod "web" not found` {
+		t.Errorf("previous of a first run: %v", err)
+	}
+	if _, err := pickAttempt(nil, false, false, pod, "app"); err == nil ||
+		err.Error() != `container "app" in pod "web" is waiting to start: ContainerCreating` {
+		t.Errorf("never created: %v", err)
+	}
+	pod.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "app", State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ErrImagePull"}}}}
+	if _, err := pickAttempt(nil, false, false, pod, "app"); err == nil ||
+		err.Error() != `container "app" in pod "web" is waiting to start: ErrImagePull` {
+		t.Errorf("never created, image failing: %v", err)
 	}
 }
 

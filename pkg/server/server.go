@@ -98,7 +98,8 @@ type Config struct {
 	Pods PodLister
 
 	// StreamingConnectionIdleTimeout closes an exec, attach or port-forward
-	// stream after this long without traffic (streamingConnectionIdleTimeout);
+	// stream after this long without traffic, and a log stream whose client
+	// has not taken a write for this long (streamingConnectionIdleTimeout);
 	// 0 means no limit.
 	StreamingConnectionIdleTimeout time.Duration
 	// RuntimeRequestTimeout bounds each short CRI call; 0 means 2m.

@@ -125,20 +125,58 @@ func TestExecRelaysUpgradedStream(t *testing.T) {
 }
 
 func TestStreamIdleTimeout(t *testing.T) {
-	_, _, addr := streamFixture(t, 100*time.Millisecond)
-	resp, conn, br := upgrade(t, addr, "POST", "/attach/default/web/uid-1/app?output=1")
+	const idle = 100 * time.Millisecond
+	for _, target := range []string{
+		"/exec/default/web/app?command=sh&input=1&output=1",
+		"/attach/default/web/uid-1/app?output=1",
+		"/portForward/default/web?port=8080",
+	} {
+		t.Run(strings.SplitN(target, "/", 3)[1], func(t *testing.T) {
+			_, _, addr := streamFixture(t, idle)
+			resp, conn, br := upgrade(t, addr, "POST", target)
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			start := time.Now()
+			if _, err := br.ReadByte(); err == nil {
+				t.Fatal("read data from an idle stream")
+			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("idle stream was not closed")
+			}
+			if d := time.Since(start); d < idle || d > 2*time.Second {
+				t.Errorf("closed after %s, want about %s", d, idle)
+			}
+		})
+	}
+}
+
+// TestStreamTrafficKeepsItOpen: a stream that carries data is never idle, however long it
+// lasts; it is closed once the data stops.
+func TestStreamTrafficKeepsItOpen(t *testing.T) {
+	const idle = 150 * time.Millisecond
+	_, _, addr := streamFixture(t, idle)
+	resp, conn, br := upgrade(t, addr, "POST", "/exec/default/web/app?command=cat&input=1&output=1")
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	start := time.Now()
-	if _, err := br.ReadByte(); err == nil {
-		t.Fatal("read data from an idle stream")
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatal("idle stream was not closed")
+	buf := make([]byte, 4)
+	// Ten idle timeouts' worth of traffic, a third of the timeout apart.
+	for time.Since(start) < 10*idle {
+		if _, err := conn.Write([]byte("ping")); err != nil {
+			t.Fatalf("write after %s: %v", time.Since(start), err)
+		}
+		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("echo after %s = %q %v", time.Since(start), buf, err)
+		}
+		time.Sleep(idle / 3)
 	}
-	if time.Since(start) > 2*time.Second {
-		t.Errorf("closed after %s", time.Since(start))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("read data that was never sent")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the stream was not closed once idle")
 	}
 }
 

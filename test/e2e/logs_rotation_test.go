@@ -29,6 +29,8 @@ func TestChattyContainerLogsRotate(t *testing.T) {
 	pod := busyboxPod("chatty", corev1.RestartPolicyAlways,
 		"i=0; while true; do i=$((i+1)); echo \"$i "+line+"\"; sleep 0.1; done")
 	pod = waitPod(t, createPod(t, pod), 2*time.Minute, runningAndReady)
+	// A follow from the start must see every line once, in order, across the rotations.
+	follow := startKubectl(t, false, "logs", "-f", pod.Name)
 	dir := filepath.Join("/var/log/pods", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), "main")
 	maxSize := resource.MustParse(harness.ContainerLogMaxSize)
 	const perCheck = 10 * 10 * 450 // 10 s of 10 lines/s, with the CRI's timestamp prefix
@@ -79,4 +81,47 @@ func TestChattyContainerLogsRotate(t *testing.T) {
 		return nil
 	})
 	t.Logf("rotated: %v, a gzipped file seen: %v, last line %d", sawRotated, sawGzip, lastSeq)
+
+	// The whole log as kubectl shows it after rotations: what the kept files hold, without
+	// a gap, up to the newest line.
+	first, last := checkSequence(t, "kubectl logs", framework.Kubectl(t, "logs", pod.Name), line)
+	if last < lastSeq {
+		t.Errorf("kubectl logs ends at line %d, but line %d was seen before", last, lastSeq)
+	}
+	t.Logf("kubectl logs after rotations: lines %d to %d", first, last)
+	out := follow.waitOutput(t, time.Minute, fmt.Sprintf("line %d", last), func(out string) bool {
+		return strings.Contains(out, fmt.Sprintf("\n%d %s\n", last, line))
+	})
+	if follow.exited() {
+		t.Fatalf("kubectl logs -f ended while the container runs: %v %s", follow.err, follow.errOut.String())
+	}
+	// Up to the last complete line: the follow keeps going.
+	out = out[:strings.LastIndex(out, "\n")+1]
+	if first, last := checkSequence(t, "kubectl logs -f", out, line); first != 1 {
+		t.Errorf("kubectl logs -f started at line %d, want 1", first)
+	} else {
+		t.Logf("kubectl logs -f across rotations: lines 1 to %d", last)
+	}
+}
+
+// checkSequence checks that out is lines "<n> <line>" with n counting up by one, and
+// returns the first and last n.
+func checkSequence(t *testing.T, what, out, line string) (int, int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	first, last := 0, 0
+	for i, l := range lines {
+		n, rest, _ := strings.Cut(l, " ")
+		seq, err := strconv.Atoi(n)
+		if err != nil || rest != line {
+			t.Fatalf("%s: line %d is %.60q…, want a number and the line", what, i+1, l)
+		}
+		if i == 0 {
+			first = seq
+		} else if seq != last+1 {
+			t.Fatalf("%s: line %d follows line %d: lines lost or repeated", what, seq, last)
+		}
+		last = seq
+	}
+	return first, last
 }

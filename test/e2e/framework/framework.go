@@ -84,15 +84,9 @@ func Kubectl(t testing.TB, args ...string) string {
 // KubectlErr is Kubectl that returns the error instead of failing.
 func KubectlErr(t testing.TB, args ...string) (string, error) {
 	t.Helper()
-	c := Cluster(t)
-	version, err := harness.KubeVersion(c.RepoDir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir(version), "kubectl"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig())
+	cmd := KubectlCommand(t, ctx, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -100,6 +94,21 @@ func KubectlErr(t testing.TB, args ...string) (string, error) {
 		return string(out), fmt.Errorf("%w: %s", err, stderr.String())
 	}
 	return string(out), nil
+}
+
+// KubectlCommand returns the pinned kubectl, set up for the cluster, as a command the caller
+// wires and starts itself: for kubectl that streams (logs -f, attach, port-forward) or needs
+// a terminal. It is killed when ctx ends.
+func KubectlCommand(t testing.TB, ctx context.Context, args ...string) *exec.Cmd {
+	t.Helper()
+	c := Cluster(t)
+	version, err := harness.KubeVersion(c.RepoDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir(version), "kubectl"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig())
+	return cmd
 }
 
 // CRI dials the cluster's runtime; the connection closes with the test.
