@@ -10,6 +10,8 @@
 // from walking their directories. CPU rates (usageNanoCores) are measured
 // between readings at least a second apart; a housekeeping loop keeps a
 // recent reading of every cgroup, so that the first request has a rate.
+// Containers' rates come from the runtime (containerd gives them), else
+// from the readings of successive requests.
 package stats
 
 import (
