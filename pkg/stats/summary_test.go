@@ -442,6 +442,36 @@ func TestSummaryFailsWithoutRootCgroup(t *testing.T) {
 	}
 }
 
+func TestVolumesMeasuredAgainOnceSetUp(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	f.provider.housekeep(ctx)
+	if got := len(f.provider.volumes.get("u1")); got != 2 {
+		t.Fatalf("volumes = %d, want cache and data", got)
+	}
+	// The configMap volume gets set up: measured at the next round, not a
+	// period later.
+	writeFile(t, filepath.Join(f.root, "pods", "u1", "volumes", "kubernetes.io~configmap", "settings", "key"), "value")
+	f.clock.Step(10 * time.Second)
+	f.provider.housekeep(ctx)
+	if got := len(f.provider.volumes.get("u1")); got != 3 {
+		t.Fatalf("volumes = %d after the configMap was set up, want 3", got)
+	}
+	// All set up: the next measurement waits for the period.
+	writeFile(t, filepath.Join(f.root, "pods", "u1", "volumes", "kubernetes.io~empty-dir", "cache", "more"), string(make([]byte, 100000)))
+	before := f.provider.volumes.get("u1")
+	f.clock.Step(10 * time.Second)
+	f.provider.housekeep(ctx)
+	if after := f.provider.volumes.get("u1"); val(after[0].stats.UsedBytes) != val(before[0].stats.UsedBytes) {
+		t.Errorf("measured again before the period: %d then %d", val(before[0].stats.UsedBytes), val(after[0].stats.UsedBytes))
+	}
+	f.clock.Step(time.Minute)
+	f.provider.housekeep(ctx)
+	if after := f.provider.volumes.get("u1"); val(after[0].stats.UsedBytes) <= val(before[0].stats.UsedBytes) {
+		t.Errorf("not measured again after the period: %d then %d", val(before[0].stats.UsedBytes), val(after[0].stats.UsedBytes))
+	}
+}
+
 func TestVolumeCacheForgetsPods(t *testing.T) {
 	f := newFixture(t, false)
 	ctx := context.Background()

@@ -68,9 +68,16 @@ func (c *volumeCache) refresh(ctx context.Context, pods []*v1.Pod, dirs func(*v1
 		if ok && clk.Since(last.measured) < period {
 			continue
 		}
-		vols := measureVolumes(ctx, pod, dirs(pod), clk)
+		want := dirs(pod)
+		vols := measureVolumes(ctx, pod, want, clk)
+		entry := podVolumes{vols: vols}
+		// A pod whose volumes are not all set up yet (it is starting) is
+		// measured again at the next round rather than a period later.
+		if len(vols) == len(want) {
+			entry.measured = clk.Now()
+		}
 		c.mu.Lock()
-		c.byPod[pod.UID] = podVolumes{measured: clk.Now(), vols: vols}
+		c.byPod[pod.UID] = entry
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
