@@ -53,7 +53,7 @@ func (p *Provider) podStats(ctx context.Context, full bool) ([]statsapi.PodStats
 	}
 
 	// Prefer the runtime's sandbox stats; runtimes without them get the
-	// containers' stats and the pod cgroup read here.
+	// containers' stats and the pod cgroups read here.
 	bySandbox := map[string]*runtimeapi.PodSandboxStats{}
 	containersBySandbox := map[string][]*runtimeapi.ContainerStats{}
 	sbStats, err := p.cfg.Runtime.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: &runtimeapi.PodSandboxStatsFilter{}})
@@ -65,7 +65,12 @@ func (p *Provider) podStats(ctx context.Context, full bool) ([]statsapi.PodStats
 				containersBySandbox[s.GetAttributes().GetId()] = append(containersBySandbox[s.GetAttributes().GetId()], cs)
 			}
 		}
-	case status.Code(err) == codes.Unimplemented:
+	default:
+		// containerd fails the whole list when one sandbox cannot be
+		// read: the containers' stats and the pod cgroups still can.
+		if status.Code(err) != codes.Unimplemented {
+			logger.V(2).Info("Listing pod sandbox stats failed; using container stats", "err", err.Error())
+		}
 		cs, err := p.cfg.Runtime.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: &runtimeapi.ContainerStatsFilter{}})
 		if err != nil {
 			return nil, fmt.Errorf("list container stats: %w", err)
@@ -75,8 +80,6 @@ func (p *Provider) podStats(ctx context.Context, full bool) ([]statsapi.PodStats
 				containersBySandbox[c.GetPodSandboxId()] = append(containersBySandbox[c.GetPodSandboxId()], s)
 			}
 		}
-	default:
-		return nil, fmt.Errorf("list pod sandbox stats: %w", err)
 	}
 
 	specs := map[types.UID]*v1.Pod{}

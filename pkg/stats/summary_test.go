@@ -28,8 +28,11 @@ type fakeCRI struct {
 	sandboxStats   []*runtimeapi.PodSandboxStats
 	containerStats []*runtimeapi.ContainerStats
 	noSandboxStats bool
-	imageFs        *runtimeapi.ImageFsInfoResponse
-	calls          []string
+	// sandboxStatsErr fails ListPodSandboxStats, as containerd does when
+	// one sandbox cannot be read.
+	sandboxStatsErr error
+	imageFs         *runtimeapi.ImageFsInfoResponse
+	calls           []string
 }
 
 func (f *fakeCRI) record(call string) {
@@ -66,6 +69,9 @@ func (f *fakeCRI) ListPodSandboxStats(context.Context, *runtimeapi.ListPodSandbo
 	f.record("ListPodSandboxStats")
 	if f.noSandboxStats {
 		return nil, status.Error(codes.Unimplemented, "not implemented")
+	}
+	if f.sandboxStatsErr != nil {
+		return nil, f.sandboxStatsErr
 	}
 	return &runtimeapi.ListPodSandboxStatsResponse{Stats: f.sandboxStats}, nil
 }
@@ -405,8 +411,22 @@ func TestSummaryOnlyCPUAndMemory(t *testing.T) {
 }
 
 func TestSummaryWithoutSandboxStats(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		mutate func(*fakeCRI)
+	}{
+		{"unimplemented", func(f *fakeCRI) { f.noSandboxStats = true }},
+		{"failing", func(f *fakeCRI) {
+			f.sandboxStatsErr = status.Error(codes.Unknown, "failed to decode sandbox container metrics")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { testSummaryWithoutSandboxStats(t, tt.mutate) })
+	}
+}
+
+func testSummaryWithoutSandboxStats(t *testing.T, mutate func(*fakeCRI)) {
 	f := newFixture(t, false)
-	f.cri.noSandboxStats = true
+	mutate(f.cri)
 	ctx := context.Background()
 	f.provider.housekeep(ctx)
 	if _, err := f.provider.Summary(ctx, true); err != nil {
