@@ -45,7 +45,8 @@ func getSummary(t *testing.T, query string) (*statsapi.Summary, error) {
 	return &s, nil
 }
 
-// samples parses a Prometheus text exposition into samples by name.
+// samples parses a Prometheus text exposition into samples by name; a
+// histogram's come as <name>_bucket, <name>_sum and <name>_count.
 func samples(text string) (map[string]model.Vector, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
@@ -53,12 +54,15 @@ func samples(text string) (map[string]model.Vector, error) {
 		return nil, err
 	}
 	out := map[string]model.Vector{}
-	for name, fam := range fams {
+	for _, fam := range fams {
 		vec, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{Timestamp: model.Now()}, fam)
 		if err != nil {
 			return nil, err
 		}
-		out[name] = vec
+		for _, s := range vec {
+			name := string(s.Metric[model.MetricNameLabel])
+			out[name] = append(out[name], s)
+		}
 	}
 	return out, nil
 }
