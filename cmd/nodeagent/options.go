@@ -30,8 +30,8 @@ type agentConfig struct {
 	rootDir    string
 	certDir    string
 	external   bool // --cloud-provider=external
-	// runtimeCgroups is the runtime's cgroup (--runtime-cgroups); kept for
-	// the stats and cgroup work, not used yet.
+	// runtimeCgroups is the runtime's cgroup (--runtime-cgroups), the
+	// stats' runtime system container.
 	runtimeCgroups string
 	version        string
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -21,6 +22,7 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/config"
 	"github.com/nodeagent/nodeagent/pkg/logs"
+	"github.com/nodeagent/nodeagent/pkg/metrics"
 	"github.com/nodeagent/nodeagent/pkg/node"
 	"github.com/nodeagent/nodeagent/pkg/pleg"
 	"github.com/nodeagent/nodeagent/pkg/probe"
@@ -45,15 +47,24 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	logger.Info("Starting nodeagent", "version", cfg.version, "node", cfg.nodeName,
 		"containerRuntimeEndpoint", kc.ContainerRuntimeEndpoint, "rootDir", cfg.rootDir)
 
+	started := time.Now()
 	if err := os.MkdirAll(cfg.rootDir, 0o750); err != nil {
 		return fmt.Errorf("create root dir: %w", err)
 	}
+	// One registry for the agent's own metrics; client-go's hooks are
+	// process-wide and set once, before the first client is made.
+	agentMetrics := metrics.New()
+	agentMetrics.RegisterRESTClient()
 	client, err := newClientset(cfg)
 	if err != nil {
 		return err
 	}
 
-	cri, err := runtime.NewClient(runtime.Config{Endpoint: kc.ContainerRuntimeEndpoint, CallTimeout: kc.RuntimeRequestTimeout.Duration})
+	cri, err := runtime.NewClient(runtime.Config{
+		Endpoint:     kc.ContainerRuntimeEndpoint,
+		CallTimeout:  kc.RuntimeRequestTimeout.Duration,
+		Interceptors: []grpc.UnaryClientInterceptor{agentMetrics.RuntimeInterceptor()},
+	})
 	if err != nil {
 		return err
 	}
@@ -118,7 +129,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	var dispatcher *podsync.Dispatcher
-	podEvents, err = pleg.New(pleg.Config{Runtime: cri, OnChange: func(ref runtime.PodRef) { dispatcher.Wake(ref) }})
+	podEvents, err = pleg.New(pleg.Config{Runtime: cri, OnChange: func(ref runtime.PodRef) { dispatcher.Wake(ref) }, Metrics: agentMetrics})
 	if err != nil {
 		return err
 	}
@@ -140,6 +151,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Recorder: recorder,
 		OnChange: func(uid types.UID) { dispatcher.WakePod(uid) },
 		Version:  majorMinor(cfg.version),
+		Metrics:  agentMetrics,
 	})
 	if err != nil {
 		return err
@@ -176,6 +188,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		SourceSynced:          func() bool { return source.HasSynced() },
 		MaxRestartBackoff:     maxRestartBackoff(kc),
 		MaxParallelImagePulls: maxParallelImagePulls(kc),
+		Metrics:               agentMetrics,
 	})
 	if err != nil {
 		return err
@@ -203,11 +216,18 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		}
 		g.Go(func() error { return healthz.Run(gctx) })
 	}
-	nodeAPI, err := newNodeServer(cfg, client, cri.RuntimeService(), dispatcher.Pods)
+	nodeStats, err := newStatsProvider(ctx, cfg, cri, dispatcher.Pods, podCgroups, volumes, started)
+	if err != nil {
+		return err
+	}
+	nodeAPI, err := newNodeServer(cfg, client, cri.RuntimeService(), dispatcher.Pods, nodeAPIExtras{
+		stats: nodeStats, metrics: agentMetrics,
+	})
 	if err != nil {
 		return err
 	}
 	g.Go(func() error { return nodeAPI.Run(gctx) })
+	g.Go(func() error { return nodeStats.Run(gctx) })
 	g.Go(func() error { return nodeCtrl.Run(gctx) })
 	g.Go(func() error { return syncPodCIDR(gctx, client, cri, cfg.nodeName) })
 	g.Go(func() error { return statusMgr.Run(gctx) })

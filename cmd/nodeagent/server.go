@@ -1,16 +1,33 @@
 package main
 
 import (
-	"k8s.io/client-go/kubernetes"
+	"context"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/nodeagent/nodeagent/pkg/cgroups"
+	"github.com/nodeagent/nodeagent/pkg/metrics"
+	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/server"
+	"github.com/nodeagent/nodeagent/pkg/stats"
+	"github.com/nodeagent/nodeagent/pkg/volume"
 )
+
+// nodeAPIExtras are what the node API shows besides pods and containers.
+type nodeAPIExtras struct {
+	stats   *stats.Provider
+	metrics *metrics.Metrics
+}
 
 // newNodeServer builds the node's HTTPS API (port 10250) from the configuration: the
 // serving certificate, authentication and authorization as kubelet users configure them.
-func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.RuntimeService, pods server.PodLister) (*server.Server, error) {
+func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.RuntimeService, pods server.PodLister, extras nodeAPIExtras) (*server.Server, error) {
 	kc := cfg.kubelet
-	return server.New(server.Config{
+	sc := server.Config{
 		Address:                        kc.Address,
 		Port:                           kc.Port,
 		NodeName:                       cfg.nodeName,
@@ -32,5 +49,63 @@ func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.Runt
 		Pods:                           pods,
 		StreamingConnectionIdleTimeout: kc.StreamingConnectionIdleTimeout.Duration,
 		RuntimeRequestTimeout:          kc.RuntimeRequestTimeout.Duration,
-	})
+		Configz:                        configz(kc),
+		EnableDebuggingHandlers:        *kc.EnableDebuggingHandlers,
+		EnableProfilingHandler:         *kc.EnableProfilingHandler,
+	}
+	if extras.stats != nil {
+		sc.Stats = extras.stats
+	}
+	if extras.metrics != nil {
+		sc.Metrics = extras.metrics.Handler()
+		sc.ProbeMetrics = extras.metrics.ProbesHandler()
+	}
+	return server.New(sc)
+}
+
+// configz is the effective configuration as /configz shows it: the
+// versioned KubeletConfiguration with its kind and apiVersion.
+func configz(kc *kubeletv1beta1.KubeletConfiguration) *kubeletv1beta1.KubeletConfiguration {
+	out := kc.DeepCopy()
+	out.APIVersion = kubeletv1beta1.SchemeGroupVersion.String()
+	out.Kind = "KubeletConfiguration"
+	return out
+}
+
+// newStatsProvider builds the Summary API's source: the node's cgroups
+// and filesystems, CRI stats, the pods' volumes and the system
+// containers (the agent's cgroup, the runtime's, kubepods).
+func newStatsProvider(ctx context.Context, cfg *agentConfig, cri *runtime.Client, pods func() []*v1.Pod, podCgroups *cgroups.Manager, volumes *volume.Manager, started time.Time) (*stats.Provider, error) {
+	kc := cfg.kubelet
+	sc := stats.SystemCgroups{Agent: kc.KubeletCgroups, Runtime: cfg.runtimeCgroups}
+	sp := stats.Config{
+		NodeName:   cfg.nodeName,
+		Runtime:    cri.RuntimeService(),
+		Images:     cri.ImageService(),
+		Pods:       pods,
+		RootDir:    cfg.rootDir,
+		PodLogsDir: kc.PodLogsDir,
+		StartTime:  started,
+		VolumeDirs: func(pod *v1.Pod) []stats.VolumeDir {
+			var out []stats.VolumeDir
+			for _, d := range volumes.VolumeDirs(pod) {
+				out = append(out, stats.VolumeDir{Name: d.Name, Plugin: d.Plugin, Path: d.Path})
+			}
+			return out
+		},
+		VolumeStatsPeriod: kc.VolumeStatsAggPeriod.Duration,
+	}
+	if podCgroups != nil {
+		sp.PodCgroup = podCgroups.PodCgroup
+		sc.Pods = podCgroups.KubepodsPath()
+	}
+	if sc.Runtime == "" {
+		pid, err := runtime.PeerPID(ctx, kc.ContainerRuntimeEndpoint)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Finding the runtime's process failed; its system container is not reported", "err", err.Error())
+		}
+		sp.RuntimePID = pid
+	}
+	sp.SystemCgroups = sc
+	return stats.New(sp)
 }

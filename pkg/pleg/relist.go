@@ -36,7 +36,24 @@ type Config struct {
 	// OnChange is called, from the relist goroutine, with every pod whose
 	// runtime state changed. It must not block.
 	OnChange func(runtime.PodRef)
+	// Metrics records relists; nil records nothing.
+	Metrics Metrics
 }
+
+// Metrics is told of every relist (*metrics.Metrics is one).
+type Metrics interface {
+	// ObserveRelist records how long a relist took, how long after the
+	// one before it started (zero for the first) and when it ended.
+	ObserveRelist(duration, interval time.Duration, at time.Time)
+	// SetRuntimeCounts records what the relist found: pods with a ready
+	// sandbox, and containers by state (created, running, exited, unknown).
+	SetRuntimeCounts(runningPods int, containersByState map[string]int)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ObserveRelist(time.Duration, time.Duration, time.Time) {}
+func (noMetrics) SetRuntimeCounts(int, map[string]int)                  {}
 
 // PLEG relists the runtime, keeps the Cache, and reports changed pods.
 type PLEG struct {
@@ -47,6 +64,8 @@ type PLEG struct {
 	sandboxes  map[string]sandboxEntry
 	containers map[string]containerEntry
 	relistedAt time.Time
+	// lastStart is when the previous relist started.
+	lastStart time.Time
 }
 
 type sandboxEntry struct {
@@ -74,6 +93,9 @@ func New(cfg Config) (*PLEG, error) {
 	}
 	if cfg.OnChange == nil {
 		cfg.OnChange = func(runtime.PodRef) {}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	return &PLEG{cfg: cfg, cache: newCache(), kick: make(chan struct{}, 1),
 		sandboxes: map[string]sandboxEntry{}, containers: map[string]containerEntry{}}, nil
@@ -188,6 +210,7 @@ func (p *PLEG) Relist(ctx context.Context) error {
 	p.cache.mu.Unlock()
 	p.sandboxes, p.containers = seenSB, seenC
 	p.cache.set(pods, start)
+	p.observe(start, pods)
 	for uid, s := range pods {
 		if fingerprint(old[uid]) != fingerprint(s) {
 			p.cfg.OnChange(s.PodRef)
@@ -199,6 +222,31 @@ func (p *PLEG) Relist(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// observe records the relist's duration and interval and what it found.
+func (p *PLEG) observe(start time.Time, pods map[types.UID]*runtime.PodStatus) {
+	end := p.cfg.Clock.Now()
+	var interval time.Duration
+	if !p.lastStart.IsZero() {
+		interval = start.Sub(p.lastStart)
+	}
+	p.lastStart = start
+	p.cfg.Metrics.ObserveRelist(end.Sub(start), interval, end)
+	running := 0
+	states := map[string]int{}
+	for _, s := range pods {
+		for _, sb := range s.Sandboxes {
+			if sb.Ready {
+				running++
+				break
+			}
+		}
+		for _, c := range s.Containers {
+			states[string(c.State)]++
+		}
+	}
+	p.cfg.Metrics.SetRuntimeCounts(running, states)
 }
 
 // fingerprint summarises what a worker reacts to: the identity and state

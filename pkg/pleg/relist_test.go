@@ -106,3 +106,60 @@ func TestHealthyAfterARecentRelistOnly(t *testing.T) {
 		t.Errorf("3m1s after the last relist: %v", err)
 	}
 }
+
+type fakeMetrics struct {
+	durations, intervals []time.Duration
+	running              int
+	states               map[string]int
+}
+
+func (f *fakeMetrics) ObserveRelist(d, interval time.Duration, _ time.Time) {
+	f.durations = append(f.durations, d)
+	f.intervals = append(f.intervals, interval)
+}
+
+func (f *fakeMetrics) SetRuntimeCounts(running int, states map[string]int) {
+	f.running, f.states = running, states
+}
+
+func TestRelistMetrics(t *testing.T) {
+	ctx := context.Background()
+	rt := critesting.NewFakeRuntimeService()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	m := &fakeMetrics{}
+	p, err := New(Config{Runtime: rt, Clock: clk, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbCfg := func(uid string) *runtimeapi.PodSandboxConfig {
+		return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: uid, Namespace: "ns", Uid: uid},
+			Labels: map[string]string{runtime.LabelPodUID: uid, runtime.LabelPodName: uid, runtime.LabelPodNamespace: "ns"}}
+	}
+	sb1, _ := rt.RunPodSandbox(ctx, sbCfg("u1"), "")
+	sb2, _ := rt.RunPodSandbox(ctx, sbCfg("u2"), "")
+	_ = rt.StopPodSandbox(ctx, sb2)
+	for i, state := range []string{"run", "run", "exit", "create"} {
+		cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: string(rune('a' + i))}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+			Labels: map[string]string{runtime.LabelPodUID: "u1", runtime.LabelContainer: string(rune('a' + i))}}
+		id, _ := rt.CreateContainer(ctx, sb1, cfg, sbCfg("u1"))
+		if state != "create" {
+			_ = rt.StartContainer(ctx, id)
+		}
+		if state == "exit" {
+			_ = rt.StopContainer(ctx, id, 0)
+		}
+	}
+	if err := p.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Second)
+	if err := p.Relist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.durations) != 2 || m.intervals[0] != 0 || m.intervals[1] != time.Second {
+		t.Errorf("relists observed: durations %v intervals %v, want two, the second a second after the first", m.durations, m.intervals)
+	}
+	if m.running != 1 || m.states["running"] != 2 || m.states["exited"] != 1 || m.states["created"] != 1 {
+		t.Errorf("counts: %d running pods, containers %v; want 1 pod (u2's sandbox is stopped), 2 running, 1 exited, 1 created", m.running, m.states)
+	}
+}

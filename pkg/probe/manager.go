@@ -42,7 +42,30 @@ type Config struct {
 	Version string
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
+	// Metrics counts and times probe runs; nil records nothing.
+	Metrics Metrics
 }
+
+// Metrics is told of every probe run (*metrics.Metrics is one).
+type Metrics interface {
+	// ObserveProbe records one run of a container's probe: kind is
+	// Liveness, Readiness or Startup; result successful, failed or unknown.
+	ObserveProbe(kind, result string, pod *v1.Pod, container string, d time.Duration)
+	// ForgetProbe drops what was recorded of a probe that no longer runs.
+	ForgetProbe(kind string, pod *v1.Pod, container string)
+}
+
+// Probe results as the metrics spell them.
+const (
+	metricSuccessful = "successful"
+	metricFailed     = "failed"
+	metricUnknown    = "unknown"
+)
+
+type noMetrics struct{}
+
+func (noMetrics) ObserveProbe(string, string, *v1.Pod, string, time.Duration) {}
+func (noMetrics) ForgetProbe(string, *v1.Pod, string)                         {}
 
 // Manager runs the probes of every running container and keeps their
 // results by container ID. It also runs lifecycle hooks.
@@ -80,6 +103,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.Version == "" {
 		cfg.Version = "1.37"
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	m := &Manager{cfg: cfg, pods: map[types.UID]map[workerKey]*worker{}, results: map[string]*containerResults{}}
 	m.check = &checker{exec: cfg.Exec, transport: newTransport(), version: cfg.Version}
@@ -242,6 +268,7 @@ func (m *Manager) RemovePod(uid types.UID) {
 	defer m.mu.Unlock()
 	for _, w := range m.pods[uid] {
 		close(w.stop)
+		m.cfg.Metrics.ForgetProbe(w.key.kind.String(), w.target.Pod, w.target.Container.Name)
 	}
 	delete(m.pods, uid)
 	m.dropResultsLocked(uid, nil)
@@ -303,25 +330,32 @@ func (m *Manager) triggerContainer(containerID string) {
 // (an error, not a verdict): its run does not count.
 func (m *Manager) runProbe(ctx context.Context, w *worker) (Result, bool) {
 	t := w.target
+	began := m.cfg.Clock.Now()
 	out, output, err := m.probe(ctx, t, w.spec)
 	ref := containerRef(t.Pod, t.Container)
 	kind := w.key.kind
+	record := func(result string) {
+		m.cfg.Metrics.ObserveProbe(kind.String(), result, t.Pod, t.Container.Name, m.cfg.Clock.Since(began))
+	}
 	logger := klog.FromContext(ctx).WithValues("probe", kind, "pod", klog.KObj(t.Pod), "podUID", t.Pod.UID, "container", t.Container.Name)
 	switch {
 	case err != nil:
 		if ctx.Err() != nil {
 			return Unknown, false
 		}
+		record(metricUnknown)
 		logger.V(1).Info("Probe errored", "err", err.Error())
 		m.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, EventUnhealthy, "%s probe errored and resulted in %s state: %s", kind, Unknown, err)
 		return Unknown, false
 	case out == outcomeFailure:
+		record(metricFailed)
 		logger.V(1).Info("Probe failed", "output", output)
 		m.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, EventUnhealthy, "%s probe failed: %s", kind, output)
 		return Failure, true
 	case out == outcomeWarning:
 		m.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, EventProbeWarning, "%s probe warning: %s", kind, output)
 	}
+	record(metricSuccessful)
 	logger.V(4).Info("Probe succeeded")
 	return Success, true
 }

@@ -35,6 +35,8 @@ type Config struct {
 	// CallTimeout bounds every call (runtimeRequestTimeout in the kubelet).
 	// Zero means DefaultCallTimeout.
 	CallTimeout time.Duration
+	// Interceptors wrap every unary call, in order (metrics).
+	Interceptors []grpc.UnaryClientInterceptor
 }
 
 // Client talks to the runtime and image services of one CRI endpoint. The
@@ -91,6 +93,7 @@ func NewClient(cfg Config) (*Client, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		grpc.WithChainUnaryInterceptor(cfg.Interceptors...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("connect to container runtime %q: %w", cfg.Endpoint, err)

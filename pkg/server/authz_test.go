@@ -37,6 +37,8 @@ func TestRequestAttributes(t *testing.T) {
 		{name: "runningpods", method: "GET", path: "/runningpods/", verb: "get", subresources: []string{"pods", "proxy"}},
 		{name: "healthz", method: "GET", path: "/healthz", verb: "get", subresources: []string{"healthz", "proxy"}},
 		{name: "configz", method: "GET", path: "/configz", verb: "get", subresources: []string{"configz", "proxy"}},
+		{name: "metrics probes", method: "GET", path: "/metrics/probes", verb: "get", subresources: []string{"metrics"}},
+		{name: "pprof is proxy", method: "GET", path: "/debug/pprof/heap", verb: "get", subresources: []string{"proxy"}},
 		{name: "head is get", method: "HEAD", path: "/healthz", verb: "get", subresources: []string{"healthz", "proxy"}},
 		{name: "container logs are proxy", method: "GET", path: "/containerLogs/ns/pod/c", verb: "get", subresources: []string{"proxy"}},
 		{name: "exec over GET upgrade is create", method: "GET", path: "/exec/ns/pod/c", verb: "create", subresources: []string{"proxy"}},

@@ -56,6 +56,13 @@ type api struct {
 	runtime     RuntimeService
 	callTimeout time.Duration
 	idleTimeout time.Duration
+
+	stats        SummaryProvider
+	metrics      http.Handler
+	probeMetrics http.Handler
+	configz      any
+	debugging    bool
+	profilingOn  bool
 }
 
 // podRef is the pod a request names: /<op>/{namespace}/{pod}[/{uid}]/...

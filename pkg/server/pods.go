@@ -38,6 +38,7 @@ func (a *api) routes() http.Handler {
 	}
 	mux.HandleFunc("POST /run/{namespace}/{pod}/{container}", a.run)
 	mux.HandleFunc("POST /run/{namespace}/{pod}/{uid}/{container}", a.run)
+	a.monitoringRoutes(mux)
 	return mux
 }
 

@@ -104,6 +104,23 @@ type Config struct {
 	StreamingConnectionIdleTimeout time.Duration
 	// RuntimeRequestTimeout bounds each short CRI call; 0 means 2m.
 	RuntimeRequestTimeout time.Duration
+
+	// Stats answers /stats/summary and /metrics/resource; nil leaves
+	// them out.
+	Stats SummaryProvider
+	// Metrics serves /metrics and ProbeMetrics /metrics/probes; nil
+	// leaves them out.
+	Metrics      http.Handler
+	ProbeMetrics http.Handler
+	// Configz is the effective configuration /configz shows (a
+	// KubeletConfiguration with its kind and apiVersion); nil leaves
+	// /configz out.
+	Configz any
+	// EnableDebuggingHandlers and EnableProfilingHandler, both needed,
+	// serve the Go profiler at /debug/pprof (enableDebuggingHandlers,
+	// enableProfilingHandler).
+	EnableDebuggingHandlers bool
+	EnableProfilingHandler  bool
 }
 
 // Server is the node's HTTPS API on :10250.
@@ -136,11 +153,17 @@ func New(cfg Config) (*Server, error) {
 		tlsCfg.ClientAuth = tls.RequestClientCert
 	}
 	api := &api{
-		nodeName:    cfg.NodeName,
-		pods:        cfg.Pods,
-		runtime:     cfg.Runtime,
-		callTimeout: cfg.RuntimeRequestTimeout,
-		idleTimeout: cfg.StreamingConnectionIdleTimeout,
+		nodeName:     cfg.NodeName,
+		pods:         cfg.Pods,
+		runtime:      cfg.Runtime,
+		callTimeout:  cfg.RuntimeRequestTimeout,
+		idleTimeout:  cfg.StreamingConnectionIdleTimeout,
+		stats:        cfg.Stats,
+		metrics:      cfg.Metrics,
+		probeMetrics: cfg.ProbeMetrics,
+		configz:      cfg.Configz,
+		debugging:    cfg.EnableDebuggingHandlers,
+		profilingOn:  cfg.EnableProfilingHandler,
 	}
 	handler := withCanonicalPath(withAuth(authn, authz, api.routes()))
 

@@ -92,6 +92,9 @@ type Config struct {
 	// SourceSynced reports whether the pod source has listed every pod
 	// bound here, so that an unknown pod in the runtime is an orphan.
 	SourceSynced func() bool
+	// Metrics records worker passes and pod start latency; nil records
+	// nothing.
+	Metrics Metrics
 }
 
 // Dispatcher hands pod updates to one Worker per pod UID and starts and
@@ -135,6 +138,9 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	if cfg.HostsFile == "" {
 		cfg.HostsFile = runtime.EtcHostsPath

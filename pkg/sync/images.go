@@ -96,6 +96,7 @@ func (w *Worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 		imageID, err = pullWithAuths(ctx, w.d.cfg.Images, spec, auths, sandboxCfg)
 		return err
 	})
+	w.start.pulled(start, w.d.cfg.Clock.Now())
 	if err != nil {
 		w.pulls.next(key)
 		msg := fmt.Sprintf("ErrImagePull: %v", err)

@@ -51,7 +51,9 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	next := w.d.cfg.ResyncPeriod
 	defer func() {
 		w.d.cfg.Probes.UpdatePod(pod, observed)
-		w.d.cfg.Status.Set(pod, w.computeStatus(pod, observed, false))
+		st := w.computeStatus(pod, observed, false)
+		w.start.observe(w.d.cfg.Metrics, pod, st, w.d.cfg.Clock.Now())
+		w.d.cfg.Status.Set(pod, st)
 	}()
 	// Whatever this pass does to the runtime, the next one must see all
 	// of it: a relist taken halfway (a container created, not yet

@@ -36,6 +36,8 @@ type Worker struct {
 	mu      gosync.Mutex
 	pod     *v1.Pod // latest desired pod
 	removed bool    // the pod left the source (deleted from the apiserver)
+	// updated: the spec changed since the last pass began.
+	updated bool
 
 	wake chan struct{} // capacity 1: a pending wake-up
 
@@ -52,6 +54,9 @@ type Worker struct {
 	podIPs []string
 	// cgroupRemoved: the pod's cgroup is gone for good (the pod ended).
 	cgroupRemoved bool
+	// passes counts the worker's passes; start follows the pod's start.
+	passes int
+	start  startTracker
 
 	// holds: the pod was admitted and counts against the node's
 	// resources; ended: it no longer does (it finished or was rejected).
@@ -65,6 +70,7 @@ func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
 		waiting:  map[string]status.Waiting{},
 		restarts: newBackoff(d.cfg.Clock, d.cfg.MaxRestartBackoff),
 		pulls:    newBackoff(d.cfg.Clock, 0),
+		start:    newStartTracker(pod, d.cfg.Clock.Now()),
 	}
 }
 
@@ -74,7 +80,9 @@ func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
 // deletion or the runtime's state call for action.
 func (w *Worker) update(pod *v1.Pod, removed bool) {
 	w.mu.Lock()
-	wake := removed || pod == nil || !onlyStatusChanged(w.pod, pod) || gatesChanged(w.pod, pod)
+	specChanged := pod != nil && !onlyStatusChanged(w.pod, pod)
+	wake := removed || pod == nil || specChanged || gatesChanged(w.pod, pod)
+	w.updated = w.updated || specChanged
 	if pod != nil {
 		w.pod = pod
 	}
@@ -110,6 +118,25 @@ func (w *Worker) latest() (*v1.Pod, bool) {
 	return w.pod, w.removed
 }
 
+// operation names the pass about to run for the metrics, and takes the
+// note of a spec change.
+func (w *Worker) operation(pod *v1.Pod, removed bool) string {
+	w.mu.Lock()
+	updated := w.updated
+	w.updated = false
+	w.mu.Unlock()
+	w.passes++
+	switch {
+	case removed || pod.DeletionTimestamp != nil:
+		return opKill
+	case w.passes == 1:
+		return opCreate
+	case updated:
+		return opUpdate
+	}
+	return opSync
+}
+
 // run is the worker goroutine. It returns once the pod is removed and
 // cleaned up, or when ctx ends.
 func (w *Worker) run(ctx context.Context) {
@@ -130,7 +157,9 @@ func (w *Worker) run(ctx context.Context) {
 		if err != nil {
 			return
 		}
+		op, began := w.operation(pod, removed), w.d.cfg.Clock.Now()
 		next, done := w.syncOnce(ctx, pod, removed, observed)
+		w.d.cfg.Metrics.ObservePodWorker(op, w.d.cfg.Clock.Since(began))
 		if done {
 			return
 		}

@@ -1,0 +1,197 @@
+package stats
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// unlimitedMemory: cgroup v1 reports "no limit" as a huge page-aligned
+// number close to MaxInt64; anything this large means no limit.
+const unlimitedMemory = uint64(1) << 62
+
+// cgroupUsage is what one cgroup has used, read at one moment.
+type cgroupUsage struct {
+	// cpu is the cumulative CPU time in nanoseconds.
+	cpu uint64
+	// Memory in bytes: usage includes the page cache; the working set is
+	// usage less inactive file pages (what the kubelet evicts on); rss is
+	// anonymous memory.
+	memUsage, workingSet, rss uint64
+	pageFaults, majorFaults   uint64
+	// memLimit is the cgroup's memory limit; 0 when it has none.
+	memLimit uint64
+	// created is when the cgroup's directory was made, if known.
+	created time.Time
+}
+
+// cgroupReader reads usage from the cgroup filesystems mounted at mount,
+// v1 (one hierarchy per controller) or v2 (unified).
+type cgroupReader struct {
+	mount   string
+	unified bool
+	proc    procFS
+}
+
+// errNoCgroup says the cgroup does not exist (the pod ended, the
+// container was removed).
+var errNoCgroup = errors.New("cgroup does not exist")
+
+// read returns the usage of the cgroup at path ("/" is the root, the
+// whole machine).
+func (r cgroupReader) read(path string) (cgroupUsage, error) {
+	path = filepath.Clean("/" + path)
+	if r.unified {
+		return r.readV2(path)
+	}
+	return r.readV1(path)
+}
+
+func (r cgroupReader) readV1(path string) (cgroupUsage, error) {
+	var u cgroupUsage
+	cpuDir := filepath.Join(r.mount, "cpuacct", path)
+	if _, err := os.Stat(cpuDir); err != nil {
+		// Some hosts mount cpu and cpuacct together under one name only.
+		cpuDir = filepath.Join(r.mount, "cpu,cpuacct", path)
+	}
+	memDir := filepath.Join(r.mount, "memory", path)
+	fi, err := os.Stat(memDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return u, fmt.Errorf("%s: %w", memDir, errNoCgroup)
+		}
+		return u, err
+	}
+	u.created = changeTime(fi)
+	if u.cpu, err = readUint(filepath.Join(cpuDir, "cpuacct.usage")); err != nil {
+		return u, err
+	}
+	if u.memUsage, err = readUint(filepath.Join(memDir, "memory.usage_in_bytes")); err != nil {
+		return u, err
+	}
+	stat, err := readKeyValues(filepath.Join(memDir, "memory.stat"))
+	if err != nil {
+		return u, err
+	}
+	// The total_ counters include the cgroup's descendants.
+	u.workingSet = subFloor(u.memUsage, stat["total_inactive_file"])
+	u.rss = stat["total_rss"]
+	u.pageFaults = stat["total_pgfault"]
+	u.majorFaults = stat["total_pgmajfault"]
+	if limit, err := readUint(filepath.Join(memDir, "memory.limit_in_bytes")); err == nil && limit < unlimitedMemory {
+		u.memLimit = limit
+	}
+	return u, nil
+}
+
+func (r cgroupReader) readV2(path string) (cgroupUsage, error) {
+	var u cgroupUsage
+	dir := filepath.Join(r.mount, path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return u, fmt.Errorf("%s: %w", dir, errNoCgroup)
+		}
+		return u, err
+	}
+	u.created = changeTime(fi)
+	cpu, err := readKeyValues(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		return u, err
+	}
+	usec, ok := cpu["usage_usec"]
+	if !ok {
+		return u, fmt.Errorf("%s: no usage_usec", filepath.Join(dir, "cpu.stat"))
+	}
+	u.cpu = usec * 1000
+	stat, err := readKeyValues(filepath.Join(dir, "memory.stat"))
+	if err != nil && !(path == "/" && errors.Is(err, os.ErrNotExist)) {
+		return u, err
+	}
+	if path == "/" {
+		// The root has no memory.current: the machine's usage is what
+		// /proc/meminfo does not count as free.
+		mi, err := r.proc.meminfo()
+		if err != nil {
+			return u, err
+		}
+		u.memUsage = subFloor(mi["MemTotal"], mi["MemFree"])
+		inactive, ok := stat["inactive_file"]
+		if !ok {
+			inactive = mi["Inactive(file)"]
+		}
+		u.workingSet = subFloor(u.memUsage, inactive)
+		if anon, ok := stat["anon"]; ok {
+			u.rss = anon
+		} else {
+			u.rss = mi["AnonPages"]
+		}
+		if stat == nil {
+			stat, _ = readKeyValues(filepath.Join(r.proc.root, "vmstat"))
+		}
+		u.pageFaults, u.majorFaults = stat["pgfault"], stat["pgmajfault"]
+		return u, nil
+	}
+	if u.memUsage, err = readUint(filepath.Join(dir, "memory.current")); err != nil {
+		return u, err
+	}
+	u.workingSet = subFloor(u.memUsage, stat["inactive_file"])
+	u.rss = stat["anon"]
+	u.pageFaults, u.majorFaults = stat["pgfault"], stat["pgmajfault"]
+	if limit, err := readUint(filepath.Join(dir, "memory.max")); err == nil && limit < unlimitedMemory {
+		u.memLimit = limit
+	}
+	return u, nil
+}
+
+// readUint reads a file holding one number; "max" reads as MaxUint64.
+func readUint(path string) (uint64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, fmt.Errorf("%s: %w", path, errNoCgroup)
+		}
+		return 0, err
+	}
+	s := strings.TrimSpace(string(data))
+	if s == "max" {
+		return math.MaxUint64, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return v, nil
+}
+
+// readKeyValues reads a flat keyed file ("key value" per line), such as
+// memory.stat or cpu.stat.
+func readKeyValues(path string) (map[string]uint64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		if v, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+			out[f[0]] = v
+		}
+	}
+	return out, nil
+}
+
+func subFloor(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}

@@ -1,0 +1,124 @@
+package stats
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
+)
+
+// ephemeralPlugins are the volume plugins whose contents live and die
+// with the pod: they count as its ephemeral storage.
+var ephemeralPlugins = map[string]bool{
+	"kubernetes.io/empty-dir":    true,
+	"kubernetes.io/configmap":    true,
+	"kubernetes.io/secret":       true,
+	"kubernetes.io/downward-api": true,
+	"kubernetes.io/projected":    true,
+}
+
+type volumeStat struct {
+	stats     statsapi.VolumeStats
+	ephemeral bool
+}
+
+type podVolumes struct {
+	measured time.Time
+	vols     []volumeStat
+}
+
+// volumeCache holds the last measurement of every pod's volumes: walking
+// a volume costs too much to do on every request, so the housekeeping
+// loop does it once per period.
+type volumeCache struct {
+	mu    sync.Mutex
+	byPod map[types.UID]podVolumes
+}
+
+func newVolumeCache() *volumeCache {
+	return &volumeCache{byPod: map[types.UID]podVolumes{}}
+}
+
+func (c *volumeCache) get(uid types.UID) []volumeStat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byPod[uid].vols
+}
+
+// refresh measures the volumes of every pod not measured within period
+// and forgets pods that are gone.
+func (c *volumeCache) refresh(ctx context.Context, pods []*v1.Pod, dirs func(*v1.Pod) []VolumeDir, period time.Duration, clk clock.Clock) {
+	if dirs == nil {
+		return
+	}
+	want := map[types.UID]bool{}
+	for _, pod := range pods {
+		want[pod.UID] = true
+		c.mu.Lock()
+		last, ok := c.byPod[pod.UID]
+		c.mu.Unlock()
+		if ok && clk.Since(last.measured) < period {
+			continue
+		}
+		want := dirs(pod)
+		vols := measureVolumes(ctx, pod, want, clk)
+		entry := podVolumes{vols: vols}
+		// A pod whose volumes are not all set up yet (it is starting) is
+		// measured again at the next round rather than a period later.
+		if len(vols) == len(want) {
+			entry.measured = clk.Now()
+		}
+		c.mu.Lock()
+		c.byPod[pod.UID] = entry
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid := range c.byPod {
+		if !want[uid] {
+			delete(c.byPod, uid)
+		}
+	}
+}
+
+// measureVolumes walks each volume directory that exists; one not set up
+// yet is left out.
+func measureVolumes(ctx context.Context, pod *v1.Pod, dirs []VolumeDir, clk clock.Clock) []volumeStat {
+	logger := klog.FromContext(ctx)
+	claims := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.Name] = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	var out []volumeStat
+	for _, d := range dirs {
+		now := clk.Now()
+		u, err := diskUsage(d.Path)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				logger.V(2).Info("Measuring a volume failed", "pod", klog.KObj(pod), "volume", d.Name, "err", err.Error())
+			}
+			continue
+		}
+		fsi, err := statFS(d.Path, now)
+		if err != nil {
+			continue
+		}
+		vs := statsapi.VolumeStats{Name: d.Name, FsStats: *fsi.shareOf(u.bytes, u.inodes, now)}
+		if claim, ok := claims[d.Name]; ok {
+			vs.PVCRef = &statsapi.PVCReference{Name: claim, Namespace: pod.Namespace}
+		}
+		out = append(out, volumeStat{stats: vs, ephemeral: ephemeralPlugins[d.Plugin]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].stats.Name < out[j].stats.Name })
+	return out
+}

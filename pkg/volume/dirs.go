@@ -1,0 +1,33 @@
+package volume
+
+import (
+	v1 "k8s.io/api/core/v1"
+)
+
+// PodVolumeDir is one of a pod's volumes as it lies in the pod directory.
+type PodVolumeDir struct {
+	// Name is the volume's name in the pod spec.
+	Name string
+	// Plugin is the kubelet's name of the plugin that sets it up
+	// ("kubernetes.io/empty-dir").
+	Plugin string
+	// Path is pods/<uid>/volumes/<plugin>/<name>; it exists once the
+	// volume is set up.
+	Path string
+}
+
+// VolumeDirs lists where the pod's volumes live in its pod directory, for
+// measuring them. Volumes that live elsewhere (hostPath) are left out.
+// It does not touch the disk.
+func (m *Manager) VolumeDirs(pod *v1.Pod) []PodVolumeDir {
+	var out []PodVolumeDir
+	for i := range pod.Spec.Volumes {
+		vol := &pod.Spec.Volumes[i]
+		p := m.pluginFor(vol)
+		if p == nil || p.name() == hostPathPluginName {
+			continue
+		}
+		out = append(out, PodVolumeDir{Name: vol.Name, Plugin: p.name(), Path: m.layout.volumeDir(pod.UID, p.name(), vol.Name)})
+	}
+	return out
+}
