@@ -5,12 +5,14 @@
 #   make test    unit tests, then the end-to-end suites on one shared cluster
 #   make build   build bin/nodeagent
 #   make bench   pod startup and footprint, nodeagent side by side with the kubelet (BENCHMARKS.md)
+#   make conformance        the upstream conformance suite against nodeagent (docs/conformance.md)
+#   make conformance-smoke  a few fast conformance specs; fails on any failure
 
 GO      ?= go
 HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 
-.PHONY: all build up down test unit e2e upstream fmt vet bench
+.PHONY: all build up down test unit e2e upstream fmt vet bench conformance conformance-smoke
 
 all: build
 
@@ -46,3 +48,14 @@ e2e:
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./test/cmd/bench $(BENCH_FLAGS)
+
+# The upstream conformance suite on its own harness cluster (brought up and torn down by the
+# runner; run it under the cluster lock). Never part of make test. Results under
+# /var/lib/nodeagent-harness/conformance/<node>/. CONFORMANCE_NODE=kubelet runs the same
+# against the upstream kubelet; FOCUS, SKIP (ginkgo regexps) and PROCS override the defaults.
+export CONFORMANCE_NODE FOCUS SKIP PROCS
+conformance:
+	$(GO) run ./test/cmd/conformance
+
+conformance-smoke:
+	$(GO) run ./test/cmd/conformance -smoke
