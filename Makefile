@@ -6,12 +6,14 @@
 #   make build   build bin/nodeagent
 #   make bench   pod startup and footprint, nodeagent side by side with the kubelet (BENCHMARKS.md)
 #   make bench-micro  testing.B benchmarks of the agent's hot paths
+#   make conformance        the upstream conformance suite against nodeagent (docs/conformance.md)
+#   make conformance-smoke  a few fast conformance specs; fails on any failure
 
 GO      ?= go
 HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 
-.PHONY: all build up down test unit e2e upstream fmt vet bench bench-micro
+.PHONY: all build up down test unit e2e upstream fmt vet bench bench-micro conformance conformance-smoke
 
 all: build
 
@@ -51,3 +53,14 @@ bench:
 # The hot paths alone (status computation, relist, container config), no cluster.
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+# The upstream conformance suite on its own harness cluster (brought up and torn down by the
+# runner; run it under the cluster lock). Never part of make test. Results under
+# /var/lib/nodeagent-harness/conformance/<node>/. CONFORMANCE_NODE=kubelet runs the same
+# against the upstream kubelet; FOCUS, SKIP (ginkgo regexps) and PROCS override the defaults.
+export CONFORMANCE_NODE FOCUS SKIP PROCS
+conformance:
+	$(GO) run ./test/cmd/conformance
+
+conformance-smoke:
+	$(GO) run ./test/cmd/conformance -smoke

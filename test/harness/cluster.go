@@ -25,8 +25,14 @@ func Up(ctx context.Context, cfg *Config) error {
 	if err := Down(ctx, cfg); err != nil {
 		return fmt.Errorf("clean up the previous run: %w", err)
 	}
-	if err := os.RemoveAll(cfg.RunDir); err != nil {
-		return err
+	// A fresh run dir, but the conformance results of earlier runs stay.
+	entries, _ := os.ReadDir(cfg.RunDir)
+	for _, e := range entries {
+		if e.Name() != conformanceDir {
+			if err := os.RemoveAll(filepath.Join(cfg.RunDir, e.Name())); err != nil {
+				return err
+			}
+		}
 	}
 	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
 		return err
@@ -94,7 +100,7 @@ func (c *Config) step(ctx context.Context, name string, do func(context.Context)
 
 // Down stops everything the harness started and removes what it made: pods' sandboxes and
 // containers, processes (by pid file), mounts under the run dir, pod cgroups, the network
-// pieces and the run dir's state. The logs stay in the run dir. It is safe to run on a
+// pieces and the run dir's state. The logs and conformance results stay in the run dir. It is safe to run on a
 // clean machine, twice, or after a crash.
 func Down(ctx context.Context, cfg *Config) error {
 	if err := cfg.Complete(); err != nil {
@@ -124,7 +130,7 @@ func Down(ctx context.Context, cfg *Config) error {
 		entries = nil // never recurse into a file system still mounted under the run dir
 	}
 	for _, e := range entries {
-		if e.Name() != "logs" {
+		if e.Name() != "logs" && e.Name() != conformanceDir {
 			keep(os.RemoveAll(filepath.Join(cfg.RunDir, e.Name())))
 		}
 	}

@@ -79,6 +79,10 @@ type Config struct {
 	// Agent is the node agent to run: AgentNodeagent (default), AgentKubelet or AgentNone
 	// (env NODEAGENT_AGENT).
 	Agent string
+	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
+	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
+	// sh behaves as the one in upstream's e2e images.
+	BusyboxBinary string
 	// Logf reports progress; default writes to stderr.
 	Logf func(format string, args ...any)
 }
@@ -110,6 +114,9 @@ func (c *Config) Complete() error {
 	}
 	if c.Agent == "" {
 		c.Agent = envOr("NODEAGENT_AGENT", AgentNodeagent)
+	}
+	if c.BusyboxBinary == "" {
+		c.BusyboxBinary = DebianBusybox
 	}
 	if c.Logf == nil {
 		c.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...) }
@@ -177,6 +184,12 @@ func (c *Config) criSocket() string { return c.path("containerd", "containerd.so
 func (c *Config) BinDir(version string) string {
 	return filepath.Join(c.CacheDir, "upstream-"+version, "bin")
 }
+
+// conformanceDir is the run dir's entry that keeps conformance results across runs.
+const conformanceDir = "conformance"
+
+// ConformanceDir holds the results of conformance runs; Up and Down leave it in place.
+func (c *Config) ConformanceDir() string { return c.path(conformanceDir) }
 
 // LogDir holds one log file per process.
 func (c *Config) LogDir() string { return c.path("logs") }

@@ -43,13 +43,14 @@ type tarFile struct {
 	data     []byte // regular file content
 	linkname string // symlink target when set
 	dir      bool
+	uid, gid int
 }
 
 func layerOf(files []tarFile) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
-		h := &tar.Header{Name: f.name, Mode: f.mode, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		h := &tar.Header{Name: f.name, Mode: f.mode, Uid: f.uid, Gid: f.gid, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
 		switch {
 		case f.dir:
 			h.Typeflag, h.Name = tar.TypeDir, f.name+"/"
@@ -84,15 +85,15 @@ func imageOf(cfg v1.Config, layers ...v1.Layer) (v1.Image, error) {
 	return mutate.AppendLayers(base, layers...)
 }
 
-// busyboxLayer holds Debian's static busybox with a link for every applet, and the few
-// files a base image has.
-func busyboxLayer(ctx context.Context) (v1.Layer, error) {
+// busyboxLayer holds a static busybox (Config.BusyboxBinary) with a link for every applet,
+// and the few files a base image has.
+func busyboxLayer(ctx context.Context, bbPath string) (v1.Layer, error) {
 	const bb = "/bin/busybox"
-	data, err := os.ReadFile(bb)
+	data, err := os.ReadFile(bbPath)
 	if err != nil {
-		return nil, fmt.Errorf("busybox-static: %w", err)
+		return nil, fmt.Errorf("busybox: %w", err)
 	}
-	list, err := exec.CommandContext(ctx, bb, "--list-full").Output()
+	list, err := exec.CommandContext(ctx, bbPath, "--list-full").Output()
 	if err != nil {
 		return nil, fmt.Errorf("busybox --list-full: %w", err)
 	}
@@ -115,20 +116,31 @@ func busyboxLayer(ctx context.Context) (v1.Layer, error) {
 	return layerOf(files)
 }
 
-// agnhostLayer adds what the agnhost image has over its base: the binary, the porter's
-// certificate, the upload dir, and the user and group the e2e tests look for.
-func agnhostLayer(bin, srcDir string) (v1.Layer, error) {
+// agnhostTools are the programs upstream's agnhost image installs from Alpine's packages
+// over busybox and that the e2e tests run inside it (curl in lifecycle hooks, bash in
+// probes): copied from this machine with the shared libraries they load.
+var agnhostTools = map[string]string{"usr/bin/curl": "/usr/bin/curl", "bin/bash": "/bin/bash"}
+
+// agnhostLayer adds what the agnhost image has over its base (see upstream's
+// test/images/agnhost/Dockerfile): the binary and its agnhost-2 link, the porter's
+// certificate, the upload dir, the user and group the e2e tests look for, and curl and bash.
+func agnhostLayer(ctx context.Context, bin, srcDir string) (v1.Layer, error) {
 	data, err := os.ReadFile(filepath.Join(bin, "agnhost"))
 	if err != nil {
 		return nil, err
 	}
-	files := []tarFile{
+	tools, err := hostToolFiles(ctx, agnhostTools)
+	if err != nil {
+		return nil, err
+	}
+	files := append(tools, []tarFile{
 		{name: "agnhost", mode: 0o755, data: data},
 		{name: "agnhost-2", mode: 0o777, linkname: "agnhost"},
 		{name: "uploads", dir: true, mode: 0o755},
+		{name: "home/user-defined-in-image", dir: true, mode: 0o755, uid: 1000, gid: 1000},
 		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
 		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
-	}
+	}...)
 	for _, f := range []string{"localhost.crt", "localhost.key"} {
 		b, err := os.ReadFile(filepath.Join(srcDir, "test/images/agnhost/porter", f))
 		if err != nil {
@@ -151,61 +163,89 @@ func (c *Config) buildPause(ctx context.Context) ([]byte, error) {
 	return os.ReadFile(out)
 }
 
-// pushImages builds pause, busybox and agnhost and pushes them to the local registry under
-// the paths their public names map to.
-func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
+// baseImages are the images the harness builds itself, and the layers other test images
+// are made of.
+type baseImages struct {
+	pause, busybox, agnhost v1.Image
+	busyboxLayer            v1.Layer // a busybox root file system
+	agnhostLayers           []v1.Layer
+	kubeSrc                 string // the source of k8s.io/kubernetes at the pinned release
+}
+
+// buildBaseImages builds pause, busybox and agnhost.
+func (c *Config) buildBaseImages(ctx context.Context, upstreamBin string) (*baseImages, error) {
 	version, err := KubeVersion(c.RepoDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mod, err := goModDownload(ctx, "k8s.io/kubernetes@"+version)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pauseBin, err := c.buildPause(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pauseLayer, err := layerOf([]tarFile{{name: "pause", mode: 0o755, data: pauseBin}})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	bbLayer, err := busyboxLayer(ctx)
+	bbLayer, err := busyboxLayer(ctx, c.BusyboxBinary)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	agnLayer, err := agnhostLayer(upstreamBin, mod.Dir)
+	agnLayer, err := agnhostLayer(ctx, upstreamBin, mod.Dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	pause, err := imageOf(v1.Config{Entrypoint: []string{"/pause"}, Env: []string{imagePath}}, pauseLayer)
-	if err != nil {
-		return err
+	b := &baseImages{busyboxLayer: bbLayer, agnhostLayers: []v1.Layer{bbLayer, agnLayer}, kubeSrc: mod.Dir}
+	if b.pause, err = imageOf(v1.Config{Entrypoint: []string{"/pause"}, Env: []string{imagePath}}, pauseLayer); err != nil {
+		return nil, err
 	}
-	busybox, err := imageOf(v1.Config{Cmd: []string{"sh"}, Env: []string{imagePath}}, bbLayer)
-	if err != nil {
-		return err
+	if b.busybox, err = imageOf(v1.Config{Cmd: []string{"sh"}, Env: []string{imagePath}}, bbLayer); err != nil {
+		return nil, err
 	}
-	agnhost, err := imageOf(v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{imagePath},
-		ExposedPorts: map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}, bbLayer, agnLayer)
+	if b.agnhost, err = imageOf(agnhostConfig([]string{"pause"}), b.agnhostLayers...); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// agnhostConfig is the configuration of upstream's agnhost image with the given CMD.
+func agnhostConfig(cmd []string) v1.Config {
+	return v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: cmd, Env: []string{imagePath},
+		ExposedPorts: map[string]struct{}{"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}
+}
+
+// pushImages builds pause, busybox and agnhost and pushes them to the local registry under
+// the paths their public names map to.
+func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
+	b, err := c.buildBaseImages(ctx, upstreamBin)
 	if err != nil {
 		return err
 	}
 	pushes := map[string]v1.Image{
-		"pause:" + PauseTag:                        pause,
-		"e2e-test-images/busybox:" + BusyboxE2ETag: busybox,
-		"e2e-test-images/agnhost:" + AgnhostTag:    agnhost,
-		"library/busybox:1.37":                     busybox,
-		"library/busybox:latest":                   busybox,
+		"pause:" + PauseTag:                        b.pause,
+		"e2e-test-images/busybox:" + BusyboxE2ETag: b.busybox,
+		"e2e-test-images/agnhost:" + AgnhostTag:    b.agnhost,
+		"library/busybox:1.37":                     b.busybox,
+		"library/busybox:latest":                   b.busybox,
 	}
 	for path, img := range pushes {
-		ref, err := name.ParseReference(RegistryAddr+"/"+path, name.Insecure)
-		if err != nil {
+		if err := pushImage(ctx, RegistryAddr+"/"+path, img); err != nil {
 			return err
 		}
-		if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-			return fmt.Errorf("push %s: %w", ref, err)
-		}
+	}
+	return nil
+}
+
+func pushImage(ctx context.Context, refStr string, img v1.Image) error {
+	ref, err := name.ParseReference(refStr, name.Insecure)
+	if err != nil {
+		return err
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
 	}
 	return nil
 }

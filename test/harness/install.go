@@ -18,6 +18,7 @@ var packages = map[string]string{
 	"iproute2":                    "/usr/sbin/ip",
 	"busybox-static":              "/bin/busybox",
 	"docker-registry":             "/usr/bin/docker-registry",
+	"curl":                        "/usr/bin/curl", // copied into the agnhost image
 }
 
 var aptMu sync.Mutex

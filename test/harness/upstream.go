@@ -235,6 +235,11 @@ func goModDownload(ctx context.Context, modVersion string) (moduleInfo, error) {
 }
 
 func (c *Config) goCmd(ctx context.Context, dir string, env []string, args ...string) error {
+	return goCmdIn(ctx, dir, env, args...)
+}
+
+// goCmdIn runs the go tool in dir, outside any workspace.
+func goCmdIn(ctx context.Context, dir string, env []string, args ...string) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "GOWORK=off"), env...)

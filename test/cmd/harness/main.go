@@ -5,6 +5,7 @@
 //	harness env    print the shell lines to use the running cluster
 //	harness build  build (or find cached) the upstream binaries and containerd
 //	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo)
+//	                           and upstream busybox for its images
 //
 // Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
 // NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none).
@@ -66,9 +67,14 @@ func run(ctx context.Context, cmd string) error {
 		if err := cfg.Complete(); err != nil {
 			return err
 		}
+		bb, err := cfg.EnsureBusybox(ctx)
+		if err != nil {
+			return err
+		}
 		bin, err := cfg.EnsureConformance(ctx)
 		if err == nil {
 			fmt.Println(bin)
+			fmt.Println(bb)
 		}
 		return err
 	default:

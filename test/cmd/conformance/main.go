@@ -1,0 +1,68 @@
+// Command conformance runs the upstream conformance suite against a harness cluster whose
+// node is nodeagent (or the upstream kubelet), then tears the cluster down. Results go to
+// <run dir>/conformance/<name>/ (JUnit, summary, ginkgo log, images, the cluster's logs);
+// the last line printed is "N passed, N failed".
+//
+//	conformance            the default focus: sig-node and node-local sig-storage [Conformance] specs
+//	conformance -smoke     a few fast specs; exits non-zero on any failure
+//
+// Settings from the environment (flags win): CONFORMANCE_NODE (nodeagent | kubelet), FOCUS,
+// SKIP, PROCS; the harness's own (NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR, NODEAGENT_RUNTIME).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nodeagent/nodeagent/test/conformance"
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+func main() {
+	procs, _ := strconv.Atoi(os.Getenv("PROCS"))
+	opts := conformance.Options{}
+	smoke := flag.Bool("smoke", false, "run the smoke subset (conformance.SmokeSpecs) and exit non-zero on any failure")
+	flag.StringVar(&opts.Agent, "node", envOr("CONFORMANCE_NODE", harness.AgentNodeagent), "the node agent: nodeagent or kubelet")
+	flag.StringVar(&opts.Focus, "focus", os.Getenv("FOCUS"), "ginkgo focus regexp (default: sig-node and node-local sig-storage [Conformance] specs)")
+	flag.StringVar(&opts.Skip, "skip", os.Getenv("SKIP"), "ginkgo skip regexp (default: "+conformance.DefaultSkip+")")
+	flag.IntVar(&opts.Procs, "procs", procs, "ginkgo processes (default two per core)")
+	flag.DurationVar(&opts.Timeout, "timeout", 3*time.Hour, "the whole suite's timeout")
+	flag.Parse()
+	if *smoke {
+		if opts.Focus == "" {
+			opts.Focus = conformance.SmokeFocus()
+		}
+		opts.Name = "smoke-" + opts.Agent
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := conformance.Run(ctx, &harness.Config{}, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("\nconformance: results in %s (summary.txt, junit_01.xml, images.txt)\n", res.Dir)
+	for _, sp := range res.Specs {
+		if sp.Failed() {
+			fmt.Printf("FAILED %s\n    %s\n", sp.Name, sp.Reason)
+		}
+	}
+	fmt.Printf("%d skipped\n%s\n", res.Skipped, res.Line())
+	if *smoke && (res.Failed > 0 || res.Passed == 0) {
+		os.Exit(1)
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,318 @@
+// Package conformance runs the upstream Kubernetes conformance suite (e2e.test, through the
+// ginkgo CLI, both built at the pinned release) against a harness cluster whose node is
+// nodeagent or the upstream kubelet, and summarises its JUnit report.
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+// DefaultFocus selects the [Conformance] specs of sig-node, and those of sig-storage that
+// use node-local volumes.
+const DefaultFocus = `\[sig-node\].*\[Conformance\]|\[sig-storage\] (ConfigMap|Secrets|Projected|Downward API|EmptyDir|HostPath|Subpath)\b.*\[Conformance\]`
+
+// DefaultSkip leaves out what cannot share one node with other specs, and what upstream
+// itself marks unreliable. The suite skips specs that need more nodes than the cluster has.
+const DefaultSkip = `\[Serial\]|\[Disruptive\]|\[Flaky\]`
+
+// SmokeSpecs are a few fast, reliable conformance specs that touch the main paths of a
+// node: a pod's status, its environment, the downward API, logs, and the configMap,
+// secret and emptyDir volumes.
+var SmokeSpecs = []string{
+	"[sig-node] Pods should get a host IP [NodeConformance] [Conformance]",
+	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars [NodeConformance] [Conformance]",
+	"[sig-node] Variable Expansion should allow composing env vars into new env vars [NodeConformance] [Conformance]",
+	"[sig-node] Containers should be able to override the image's default command (container entrypoint) [NodeConformance] [Conformance]",
+	"[sig-node] Kubelet when scheduling a busybox command in a pod should print the output to logs [NodeConformance] [Conformance]",
+	"[sig-storage] ConfigMap should be consumable from pods in volume [NodeConformance] [Conformance]",
+	"[sig-storage] Secrets should be consumable from pods in volume [NodeConformance] [Conformance]",
+	"[sig-storage] EmptyDir volumes should support (root,0644,tmpfs) [LinuxOnly] [NodeConformance] [Conformance]",
+}
+
+// SmokeFocus is the focus that selects exactly SmokeSpecs.
+func SmokeFocus() string {
+	quoted := make([]string, len(SmokeSpecs))
+	for i, s := range SmokeSpecs {
+		quoted[i] = regexp.QuoteMeta(s)
+	}
+	return strings.Join(quoted, "|")
+}
+
+// Options say what to run.
+type Options struct {
+	// Agent is the node: harness.AgentNodeagent or harness.AgentKubelet.
+	Agent string
+	// Focus and Skip are ginkgo regular expressions on spec names. Default DefaultFocus
+	// and DefaultSkip.
+	Focus, Skip string
+	// Procs is the number of ginkgo processes. Default two per core: the specs mostly
+	// wait for pods.
+	Procs int
+	// Timeout bounds the suite (ginkgo --timeout). Default 3h.
+	Timeout time.Duration
+	// Name names the results directory under the harness's ConformanceDir. Default Agent.
+	Name string
+	// Out receives ginkgo's console output and progress. Default os.Stdout.
+	Out io.Writer
+}
+
+func (o *Options) complete() error {
+	switch o.Agent {
+	case "":
+		o.Agent = harness.AgentNodeagent
+	case harness.AgentNodeagent, harness.AgentKubelet:
+	default:
+		return fmt.Errorf("node %q: want %q or %q", o.Agent, harness.AgentNodeagent, harness.AgentKubelet)
+	}
+	if o.Focus == "" {
+		o.Focus = DefaultFocus
+	}
+	if o.Skip == "" {
+		o.Skip = DefaultSkip
+	}
+	for _, re := range []string{o.Focus, o.Skip} {
+		if _, err := regexp.Compile(re); err != nil {
+			return fmt.Errorf("regexp %q: %w", re, err)
+		}
+	}
+	if o.Procs <= 0 {
+		o.Procs = 2 * runtime.NumCPU()
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 3 * time.Hour
+	}
+	if o.Name == "" {
+		o.Name = o.Agent
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	return nil
+}
+
+// Result is what a run leaves: the summary and where its files are.
+type Result struct {
+	*Summary
+	// Dir holds junit_01.xml, summary.txt, ginkgo.log, images.txt, run.txt and the
+	// cluster's logs/.
+	Dir string
+}
+
+// Run builds what is missing (e2e.test, ginkgo, busybox), brings up a harness cluster with
+// the chosen node, pushes the suite's images, runs the suite, tears the cluster down (also
+// on failure or interruption) and summarises the JUnit report.
+func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error) {
+	if err := opts.complete(); err != nil {
+		return nil, err
+	}
+	cfg.Agent = opts.Agent
+	if err := cfg.Complete(); err != nil {
+		return nil, err
+	}
+	bin, err := cfg.EnsureConformance(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("build the conformance suite: %w", err)
+	}
+	if cfg.BusyboxBinary, err = cfg.EnsureBusybox(ctx); err != nil {
+		return nil, fmt.Errorf("build busybox: %w", err)
+	}
+	dir := filepath.Join(cfg.ConformanceDir(), opts.Name)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	repoList := filepath.Join(dir, "repo-list.yaml")
+	if err := os.WriteFile(repoList, []byte(harness.ConformanceRepoList()), 0o644); err != nil {
+		return nil, err
+	}
+	refs, err := listImages(ctx, bin, repoList)
+	if err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	upErr := harness.Up(ctx, cfg)
+	defer func() {
+		// Whatever happened, the cluster goes: with a context of its own, since ctx may
+		// be the one that was cancelled.
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := harness.Down(dctx, cfg); err != nil {
+			fmt.Fprintf(opts.Out, "conformance: teardown: %v\n", err)
+		}
+		if err := copyDir(cfg.LogDir(), filepath.Join(dir, "logs")); err != nil {
+			fmt.Fprintf(opts.Out, "conformance: keep the cluster's logs: %v\n", err)
+		}
+	}()
+	if upErr != nil {
+		return nil, fmt.Errorf("bring up the cluster: %w", upErr)
+	}
+	pushed, missing, err := cfg.PushConformanceImages(ctx, bin, refs)
+	if err != nil {
+		return nil, fmt.Errorf("push the suite's images: %w", err)
+	}
+	if err := writeImages(filepath.Join(dir, "images.txt"), pushed, missing); err != nil {
+		return nil, err
+	}
+	runErr := runGinkgo(ctx, cfg, bin, dir, repoList, opts)
+	meta := fmt.Sprintf("node: %s\ncommit: %s\nstarted: %s\nduration: %s\nfocus: %s\nskip: %s\nprocs: %d\n",
+		opts.Agent, gitCommit(cfg.RepoDir), start.UTC().Format(time.RFC3339), time.Since(start).Round(time.Second), opts.Focus, opts.Skip, opts.Procs)
+	if err := os.WriteFile(filepath.Join(dir, "run.txt"), []byte(meta), 0o644); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, "junit_01.xml"))
+	if err != nil {
+		return nil, fmt.Errorf("no JUnit report (ginkgo: %v): %w", runErr, err)
+	}
+	defer f.Close()
+	sum, err := ParseJUnit(f)
+	if err != nil {
+		return nil, err
+	}
+	var text bytes.Buffer
+	if err := sum.WriteText(&text); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), text.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	return &Result{Summary: sum, Dir: dir}, nil
+}
+
+// listImages asks e2e.test which images the suite uses, as KUBE_TEST_REPO_LIST maps them.
+func listImages(ctx context.Context, bin, repoList string) ([]string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "e2e.test"), "--list-images")
+	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("e2e.test --list-images: %w: %s", err, stderr.String())
+	}
+	var refs []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.ContainsAny(l, " \t") {
+			refs = append(refs, l)
+		}
+	}
+	if len(refs) == 0 {
+		return nil, errors.New("e2e.test --list-images listed no image")
+	}
+	return refs, nil
+}
+
+// runGinkgo runs e2e.test through the ginkgo CLI, its output both to opts.Out and to
+// ginkgo.log. A failed spec makes ginkgo exit non-zero; that is the report's business, so
+// the error only matters when no report was written.
+func runGinkgo(ctx context.Context, cfg *harness.Config, bin, dir, repoList string, opts Options) error {
+	logf, err := os.Create(filepath.Join(dir, "ginkgo.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := []string{
+		"--procs=" + strconv.Itoa(opts.Procs),
+		"--timeout=" + opts.Timeout.String(),
+		"--focus=" + opts.Focus,
+		"--skip=" + opts.Skip,
+		"--no-color",
+		"--silence-skips",
+		// A spec stuck this long prints where it waits.
+		"--poll-progress-after=10m",
+		"--poll-progress-interval=5m",
+		filepath.Join(bin, "e2e.test"),
+		"--",
+		"--kubeconfig=" + cfg.Kubeconfig(),
+		"--provider=skeleton",
+		"--report-dir=" + dir,
+		"--disable-log-dump",
+		"--allowed-not-ready-nodes=0",
+		"--node-os-distro=debian",
+		"--e2e-output-dir=" + filepath.Join(dir, "output"),
+	}
+	out := io.MultiWriter(opts.Out, logf)
+	fmt.Fprintf(out, "conformance: ginkgo %s\n", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ginkgo"), args...)
+	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList, "KUBECONFIG="+cfg.Kubeconfig())
+	cmd.Stdout, cmd.Stderr = out, out
+	// Interrupted, ginkgo stops the specs, cleans up their namespaces and writes the report.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 2 * time.Minute
+	return cmd.Run()
+}
+
+func writeImages(path string, pushed []harness.ConformanceImage, missing []string) error {
+	var b strings.Builder
+	b.WriteString("# images of the e2e suite, as the harness provides them\n")
+	for _, im := range pushed {
+		kind := "built"
+		if im.StandIn != "" {
+			kind = "STAND-IN: " + im.StandIn
+		}
+		fmt.Fprintf(&b, "%s\n    %s\n", im.Ref, kind)
+		if im.Note != "" {
+			fmt.Fprintf(&b, "    note: %s\n", im.Note)
+		}
+	}
+	b.WriteString("\n# not provided (a spec that pulls one of these fails to start its pod)\n")
+	for _, m := range missing {
+		fmt.Fprintf(&b, "%s\n", m)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func gitCommit(repo string) string {
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	commit := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		commit += "+dirty"
+	}
+	return commit
+}
+
+// copyDir copies the regular files of src (one level) into dst, but the apiserver's audit
+// log, which is large and only the benchmark reads.
+func copyDir(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || e.Name() == "audit.log" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
