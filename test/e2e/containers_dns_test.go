@@ -134,7 +134,9 @@ func TestLocalhostSeccompProfile(t *testing.T) {
 	pod := reportPod(podNS, "seccomp-local",
 		`{ grep '^Seccomp:' /proc/self/status; mkdir /tmp/made && echo mkdir-allowed || echo mkdir-refused; } > /dev/termination-log`)
 	rel, _ := filepath.Rel(root, profile)
-	pod.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{
+	// On the container: a pod-level profile applies to the sandbox too, whose failure
+	// leaves the container ContainerCreating (as with the kubelet).
+	pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{
 		Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To(rel)}}
 	pod = createPod(t, pod)
 	waitPod(t, pod, time.Minute, func(p *corev1.Pod) error {
@@ -163,7 +165,7 @@ func TestStdinAndTTY(t *testing.T) {
 	t.Parallel()
 	t.Run("tty", func(t *testing.T) {
 		t.Parallel()
-		pod := reportPod(podNS, "tty", `if [ -t 1 ]; then echo tty; else echo no-tty; fi > /dev/termination-log`)
+		pod := reportPod(podNS, "tty", `if [ -t 1 ]; then r=tty; else r=no-tty; fi; echo $r > /dev/termination-log`)
 		pod.Spec.Containers[0].TTY = true
 		pod = createPod(t, pod)
 		if term := terminated(t, pod); term.Message != "tty\n" {
@@ -172,7 +174,7 @@ func TestStdinAndTTY(t *testing.T) {
 	})
 	t.Run("no tty", func(t *testing.T) {
 		t.Parallel()
-		pod := reportPod(podNS, "notty", `if [ -t 1 ]; then echo tty; else echo no-tty; fi > /dev/termination-log`)
+		pod := reportPod(podNS, "notty", `if [ -t 1 ]; then r=tty; else r=no-tty; fi; echo $r > /dev/termination-log`)
 		pod = createPod(t, pod)
 		if term := terminated(t, pod); term.Message != "no-tty\n" {
 			t.Errorf("without tty: %q", term.Message)
