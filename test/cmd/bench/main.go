@@ -33,6 +33,9 @@ type options struct {
 	outDir string
 	// probe gives every pod an exec readiness probe running each second.
 	probe bool
+	// profile, when set, is the length of a CPU profile of nodeagent taken from the start
+	// of its first round, written beside the JSON results.
+	profile time.Duration
 }
 
 func main() {
@@ -44,6 +47,7 @@ func main() {
 	flag.StringVar(&sides, "sides", "nodeagent,kubelet,floor", "what to measure")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON results")
 	flag.BoolVar(&o.probe, "probe", false, "give every pod an exec readiness probe run each second (the probes' cost shows in CPU with pods)")
+	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of its first round (bench/results/nodeagent-cpu.pprof)")
 	flag.Parse()
 	o.sides = strings.Split(sides, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -132,6 +136,14 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	cpu1, _ := cpuSeconds(pid)
 	rssIdle, _, _ := memory(pid)
 	mark := markAudit(cfg.AuditLog())
+	profiled := make(chan error, 1)
+	if side == harness.AgentNodeagent && o.profile > 0 && len(r.Rounds) == 0 {
+		go func() {
+			profiled <- cpuProfile(ctx, cs, o.profile, filepath.Join(o.outDir, "nodeagent-cpu.pprof"))
+		}()
+	} else {
+		profiled <- nil
+	}
 	res, err := startupRound(ctx, cs, rt, o.n, o.probe, func() error {
 		rss, _, _ := memory(pid)
 		r.RSSPods = append(r.RSSPods, rss)
@@ -143,6 +155,9 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		r.CPUPods = append(r.CPUPods, c1-c0)
 		return nil
 	})
+	if perr := <-profiled; perr != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", perr)
+	}
 	if err != nil {
 		return err
 	}
