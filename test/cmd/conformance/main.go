@@ -5,6 +5,7 @@
 //
 //	conformance            the default focus: sig-node and node-local sig-storage [Conformance] specs
 //	conformance -smoke     a few fast specs; exits non-zero on any failure
+//	conformance -compare   the Markdown table of docs/conformance.md from the last nodeagent and kubelet runs
 //
 // Settings from the environment (flags win): CONFORMANCE_NODE (nodeagent | kubelet), FOCUS,
 // SKIP, PROCS; the harness's own (NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR, NODEAGENT_RUNTIME).
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -33,7 +35,15 @@ func main() {
 	flag.StringVar(&opts.Skip, "skip", os.Getenv("SKIP"), "ginkgo skip regexp (default: "+conformance.DefaultSkip+")")
 	flag.IntVar(&opts.Procs, "procs", procs, "ginkgo processes (default two per core)")
 	flag.DurationVar(&opts.Timeout, "timeout", 3*time.Hour, "the whole suite's timeout")
+	compare := flag.Bool("compare", false, "print the per-group table of the last nodeagent and kubelet runs (for docs/conformance.md) and exit")
 	flag.Parse()
+	if *compare {
+		if err := writeComparison(&harness.Config{}); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *smoke {
 		if opts.Focus == "" {
 			opts.Focus = conformance.SmokeFocus()
@@ -58,6 +68,26 @@ func main() {
 	if *smoke && (res.Failed > 0 || res.Passed == 0) {
 		os.Exit(1)
 	}
+}
+
+func writeComparison(cfg *harness.Config) error {
+	if err := cfg.Complete(); err != nil {
+		return err
+	}
+	var sums []*conformance.Summary
+	for _, node := range []string{harness.AgentNodeagent, harness.AgentKubelet} {
+		f, err := os.Open(filepath.Join(cfg.ConformanceDir(), node, "junit_01.xml"))
+		if err != nil {
+			return err
+		}
+		sum, err := conformance.ParseJUnit(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		sums = append(sums, sum)
+	}
+	return conformance.WriteComparison(os.Stdout, sums[0], sums[1])
 }
 
 func envOr(key, def string) string {
