@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -117,6 +118,11 @@ func (c *Config) cleanIptables(ctx context.Context) error {
 			_, _ = run(ctx, "iptables", "-t", table, "-F", chain)
 			_, _ = run(ctx, "iptables", "-t", table, "-X", chain)
 		}
+		// Per-container chains left empty and unreferenced by a CNI call that a killed run
+		// cut short: they do nothing, and nothing else names its chains so.
+		if err := deleteOrphanCNIChains(ctx, table); err != nil {
+			return err
+		}
 		// The portmap plugin's shared chains, once no port mapping of anyone is left in them:
 		// their fixed masquerade and mark rules would otherwise outlive the harness.
 		if out, err := run(ctx, "iptables", "-t", table, "-S", "CNI-HOSTPORT-DNAT"); err != nil || strings.Count(out, "\n") <= 1 {
@@ -128,6 +134,46 @@ func (c *Config) cleanIptables(ctx context.Context) error {
 				_, _ = run(ctx, "iptables", "-t", table, "-F", chain)
 				_, _ = run(ctx, "iptables", "-t", table, "-X", chain)
 			}
+		}
+	}
+	return nil
+}
+
+// perContainerChain matches the chains the bridge and portmap plugins name after a
+// container (CNI-<24 hex>, CNI-DN-<hex>, CNI-SN-<hex>).
+var perContainerChain = regexp.MustCompile(`^CNI-((DN|SN)-)?[0-9a-f]{16,}$`)
+
+// deleteOrphanCNIChains deletes the per-container CNI chains of table that hold no rule
+// and that no rule jumps to.
+func deleteOrphanCNIChains(ctx context.Context, table string) error {
+	out, err := run(ctx, "iptables-save", "-t", table)
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{}
+	var chains []string
+	for _, line := range strings.Split(out, "\n") {
+		if name, ok := strings.CutPrefix(line, ":"); ok {
+			name, _, _ = strings.Cut(name, " ")
+			if perContainerChain.MatchString(name) {
+				chains = append(chains, name)
+			}
+			continue
+		}
+		if !strings.HasPrefix(line, "-A ") {
+			continue
+		}
+		fields := splitRule(line)
+		used[fields[1]] = true
+		for i, f := range fields {
+			if (f == "-j" || f == "-g") && i+1 < len(fields) {
+				used[fields[i+1]] = true
+			}
+		}
+	}
+	for _, chain := range chains {
+		if !used[chain] {
+			_, _ = run(ctx, "iptables", "-t", table, "-X", chain)
 		}
 	}
 	return nil
