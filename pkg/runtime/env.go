@@ -43,7 +43,10 @@ type EnvInputs struct {
 }
 
 // EventInvalidEnvNames is the reason of the warning about envFrom keys
-// that are not valid variable names, as the kubelet names it.
+// that cannot be variable names at all (an '=', a control or non-ASCII
+// character). Since RelaxedEnvironmentVariableValidation (GA in 1.34) the
+// kubelet passes every other name through, digits and dashes first included;
+// so does the agent.
 const EventInvalidEnvNames = "InvalidEnvironmentVariableNames"
 
 // ErrServicesNotSynced is what an EnvSource returns while it has not yet
@@ -116,7 +119,7 @@ func ResolveEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, in EnvInputs)
 		var invalid []string
 		for _, k := range sortedNames(data) {
 			key := from.Prefix + k
-			if len(validation.IsEnvVarName(key)) != 0 {
+			if len(validation.IsRelaxedEnvVarName(key)) != 0 {
 				invalid = append(invalid, key)
 				continue
 			}

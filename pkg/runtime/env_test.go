@@ -84,7 +84,7 @@ func envPod() *v1.Pod {
 func envSource() *fakeEnvSource {
 	return &fakeEnvSource{
 		configMaps: map[string]*v1.ConfigMap{
-			"ns/cfg": {Data: map[string]string{"k": "v", "other": "o", "bad key": "x", "1digit": "y"}},
+			"ns/cfg": {Data: map[string]string{"k": "v", "other": "o", "bad key": "x", "1digit": "y", "a=b": "z"}},
 		},
 		secrets: map[string]*v1.Secret{
 			"ns/sec": {Data: map[string][]byte{"pw": []byte("hunter2"), "USER": []byte("root")}},
@@ -243,7 +243,7 @@ func TestResolveEnv(t *testing.T) {
 			wantErr: "couldn't find key nope in Secret ns/sec",
 		},
 		{
-			name: "envFrom with prefix, invalid keys skipped, env overrides",
+			name: "envFrom with prefix, relaxed names kept, impossible ones skipped, env overrides",
 			mutate: func(p *v1.Pod, _ *fakeEnvSource) {
 				p.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{
 					{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}},
@@ -252,8 +252,8 @@ func TestResolveEnv(t *testing.T) {
 				}
 				p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "k", Value: "override-$(S_pw)"}}
 			},
-			want: withKube(map[string]string{"k": "override-hunter2", "other": "o", "S_pw": "hunter2", "S_USER": "root"}),
-			warn: "InvalidEnvironmentVariableNames: Keys [1digit, bad key] from the EnvFrom configMap ns/cfg were skipped since they are considered invalid environment variable names.",
+			want: withKube(map[string]string{"k": "override-hunter2", "other": "o", "bad key": "x", "1digit": "y", "S_pw": "hunter2", "S_USER": "root"}),
+			warn: "InvalidEnvironmentVariableNames: Keys [a=b] from the EnvFrom configMap ns/cfg were skipped since they are considered invalid environment variable names.",
 		},
 		{
 			name: "service links",
