@@ -99,6 +99,9 @@ func Compute(in Input) v1.PodStatus {
 		st.ContainerStatuses = append(st.ContainerStatuses,
 			containerStatus(&pod.Spec.Containers[i], false, defaultWaiting, in))
 	}
+	if in.Terminal {
+		markUnknown(pod, &st)
+	}
 	st.Phase = Phase(pod, st.InitContainerStatuses, st.ContainerStatuses, in.Terminal)
 	if old.Phase == v1.PodSucceeded || old.Phase == v1.PodFailed {
 		st.Phase = old.Phase
@@ -165,13 +168,6 @@ func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input
 			cs.Ready = true
 		}
 	}
-	if len(seen) == 0 && in.Terminal {
-		// Never started, and never will: the pod has ended.
-		cs.State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
-			ExitCode: 137, Reason: "ContainerStatusUnknown",
-			Message: "The container could not be located when the pod was terminated",
-		}}
-	}
 	if w, ok := in.Waiting[c.Name]; ok && cs.State.Running == nil && !in.Terminal {
 		if cs.State.Terminated != nil {
 			cs.LastTerminationState = cs.State
@@ -179,6 +175,68 @@ func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input
 		cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}}
 	}
 	return cs
+}
+
+// unknownTerminated is the state of a container that never ended as far as the
+// agent knows, in a pod that has: the kubelet reports it as a failure.
+var unknownTerminated = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+	ExitCode: 137, Reason: "ContainerStatusUnknown",
+	Message: "The container could not be located when the pod was terminated",
+}}
+
+// markUnknown gives an ended pod's containers that show no end the kubelet's
+// ContainerStatusUnknown: the app containers once the pod has initialized (never
+// before: an app container of a pod whose init container failed stays waiting in
+// PodInitializing), and the init containers up to the last one that ever started.
+func markUnknown(pod *v1.Pod, st *v1.PodStatus) {
+	if initialized(pod, st) {
+		for i := range st.ContainerStatuses {
+			if st.ContainerStatuses[i].State.Terminated == nil {
+				st.ContainerStatuses[i].State = *unknownTerminated.DeepCopy()
+			}
+		}
+	}
+	inits := st.InitContainerStatuses
+	last := 0
+	for i := len(inits) - 1; i >= 0; i-- {
+		if inits[i].State.Waiting == nil || inits[i].LastTerminationState.Terminated != nil {
+			last = i
+			break
+		}
+	}
+	for i := 0; i < len(inits) && i <= last; i++ {
+		if inits[i].State.Terminated == nil {
+			inits[i].State = *unknownTerminated.DeepCopy()
+		}
+	}
+}
+
+// initialized reports whether a pod ever got past its init containers: it has
+// none, an app container left waiting once, or the last init container succeeded
+// (a sidecar: started).
+func initialized(pod *v1.Pod, st *v1.PodStatus) bool {
+	if len(pod.Spec.InitContainers) == 0 {
+		return true
+	}
+	for _, cs := range st.ContainerStatuses {
+		if cs.LastTerminationState.Terminated != nil || cs.State.Waiting == nil {
+			return true
+		}
+	}
+	n := len(st.InitContainerStatuses)
+	if n == 0 || n != len(pod.Spec.InitContainers) {
+		return false
+	}
+	last := st.InitContainerStatuses[n-1]
+	if IsSidecar(&pod.Spec.InitContainers[n-1]) {
+		return last.State.Running != nil && last.Started != nil && *last.Started
+	}
+	for _, t := range []*v1.ContainerStateTerminated{last.LastTerminationState.Terminated, last.State.Terminated} {
+		if t != nil && t.ExitCode == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func containerState(o *runtime.ContainerStatus, runtimeName string) v1.ContainerState {

@@ -79,6 +79,12 @@ func TestCompute(t *testing.T) {
 			phase: v1.PodRunning, ready: v1.ConditionTrue, initd: v1.ConditionTrue, state: "running"},
 		{name: "init failed, Never: failed", in: Input{Pod: pod(v1.RestartPolicyNever, "i"), Observed: observed(initFailed)},
 			phase: v1.PodFailed, ready: v1.ConditionFalse, initd: v1.ConditionFalse, state: "PodInitializing"},
+		{name: "init failed, Never, ended: the app container stays waiting", in: Input{Pod: pod(v1.RestartPolicyNever, "i"), Terminal: true, Observed: observed(initFailed)},
+			phase: v1.PodFailed, ready: v1.ConditionFalse, initd: v1.ConditionFalse, state: "PodInitializing"},
+		{name: "init done, deleted before the app started: unknown", in: Input{Pod: pod(v1.RestartPolicyAlways, "i"), Terminal: true, Observed: observed(initDone)},
+			phase: v1.PodFailed, ready: v1.ConditionFalse, initd: v1.ConditionTrue, state: "ContainerStatusUnknown", exitCode: 137},
+		{name: "deleted before anything started: unknown", in: Input{Pod: pod(v1.RestartPolicyAlways), Terminal: true, Observed: &runtime.PodStatus{}},
+			phase: v1.PodFailed, ready: v1.ConditionFalse, initd: v1.ConditionTrue, state: "ContainerStatusUnknown", exitCode: 137},
 		{name: "deleted while running: terminal, killed: failed", in: Input{Pod: pod(v1.RestartPolicyAlways), Terminal: true, Observed: observed(ctr("c", runtime.ContainerExited, 137))},
 			phase: v1.PodFailed, ready: v1.ConditionFalse, initd: v1.ConditionTrue, state: "Error", exitCode: 137},
 		{name: "deleted, exited 0 on SIGTERM: succeeded", in: Input{Pod: pod(v1.RestartPolicyAlways), Terminal: true, Observed: observed(ctr("c", runtime.ContainerExited, 0))},
@@ -107,7 +113,7 @@ func TestCompute(t *testing.T) {
 			case cs.State.Terminated != nil:
 				got, code = cs.State.Terminated.Reason, cs.State.Terminated.ExitCode
 			}
-			if term := cs.State.Terminated; term != nil && term.ContainerID != "containerd://c-id" {
+			if term := cs.State.Terminated; term != nil && term.Reason != "ContainerStatusUnknown" && term.ContainerID != "containerd://c-id" {
 				t.Errorf("terminated containerID %q, want containerd://c-id", term.ContainerID)
 			}
 			if got != tt.state || code != tt.exitCode {
