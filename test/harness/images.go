@@ -107,11 +107,24 @@ func busyboxLayer(ctx context.Context, bbPath string) (v1.Layer, error) {
 		tarFile{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n")},
 		tarFile{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\n")},
 	)
-	for _, applet := range strings.Fields(string(list)) {
-		if applet == "bin/busybox" || strings.Count(applet, "/") == 0 {
-			continue
+	// Links at busybox's own paths, and every applet in /bin too, as in the Docker
+	// library's busybox image that upstream's e2e busybox starts from (tests run
+	// /bin/sysctl).
+	linked := map[string]bool{"bin/busybox": true}
+	link := func(name string) {
+		if !linked[name] {
+			linked[name] = true
+			files = append(files, tarFile{name: name, mode: 0o777, linkname: bb})
 		}
-		files = append(files, tarFile{name: applet, mode: 0o777, linkname: bb})
+	}
+	applets := strings.Fields(string(list))
+	for _, applet := range applets {
+		if strings.Count(applet, "/") > 0 {
+			link(applet)
+		}
+	}
+	for _, applet := range applets {
+		link("bin/" + filepath.Base(applet))
 	}
 	return layerOf(files)
 }
