@@ -144,12 +144,12 @@ func knownPods(ctx context.Context, inRuntime []runtime.PodRef, volumes *volume.
 			inRuntime = append(inRuntime, runtime.PodRef{UID: uid})
 		}
 	}
-	onDisk, err := volumes.Reconstruct(ctx)
+	onDisk, err := volumes.PodUIDs()
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing pod directories failed")
 	}
-	for _, p := range onDisk {
-		add(p.UID)
+	for _, uid := range onDisk {
+		add(uid)
 	}
 	if cg != nil {
 		uids, err := cg.PodUIDs()

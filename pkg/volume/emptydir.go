@@ -105,13 +105,13 @@ func (p *emptyDirPlugin) tearDown(_ context.Context, dir string) error {
 // ensureTmpfs mounts a tmpfs at dir unless one already is: a second sync or
 // an agent restart must not hide the files on the existing one.
 func ensureTmpfs(m mounter, dir string, size *resource.Quantity, flags uintptr) error {
-	mps, err := m.mountPoints()
+	fstype, mounted, err := m.mountedAt(dir)
 	if err != nil {
 		return err
 	}
-	if mp, ok := findMount(mps, dir); ok {
-		if mp.fstype != "tmpfs" {
-			return fmt.Errorf("%s is already mounted as %s, expected tmpfs", dir, mp.fstype)
+	if mounted {
+		if fstype != "tmpfs" {
+			return fmt.Errorf("%s is already mounted as %s, expected tmpfs", dir, fstype)
 		}
 		return nil
 	}

@@ -56,6 +56,13 @@ func (f *fakeMounter) unmount(target string) error {
 	return nil
 }
 
+func (f *fakeMounter) mountedAt(dir string) (string, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mp, ok := findMount(f.table, dir)
+	return mp.fstype, ok, nil
+}
+
 func (f *fakeMounter) mountPoints() ([]mountPoint, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

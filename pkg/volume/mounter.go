@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -21,6 +22,11 @@ type mounter interface {
 	unmount(target string) error
 	// mountPoints lists the current mounts.
 	mountPoints() ([]mountPoint, error)
+	// mountedAt says whether a filesystem is mounted on dir, and which
+	// ("tmpfs" or another name), without reading the whole mount table: a
+	// pod's volume set-up asks once per volume, and the table grows with the
+	// pods.
+	mountedAt(dir string) (fstype string, mounted bool, err error)
 }
 
 // mountPoint is one line of /proc/self/mountinfo.
@@ -46,6 +52,30 @@ func (kernelMounter) mount(source, target, fstype string, flags uintptr, data st
 		return fmt.Errorf("mount %s on %s (%s): %w", source, target, fstype, err)
 	}
 	return nil
+}
+
+// mountedAt: dir is a mount point when its device differs from its
+// parent's (true of every tmpfs, which has a device of its own); the
+// filesystem's magic number tells a tmpfs.
+func (kernelMounter) mountedAt(dir string) (string, bool, error) {
+	var st, parent unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "", false, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	if err := unix.Lstat(filepath.Dir(dir), &parent); err != nil {
+		return "", false, fmt.Errorf("stat %s: %w", filepath.Dir(dir), err)
+	}
+	if st.Dev == parent.Dev {
+		return "", false, nil
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return "", false, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if fs.Type == unix.TMPFS_MAGIC {
+		return "tmpfs", true, nil
+	}
+	return fmt.Sprintf("a filesystem of type 0x%x", fs.Type), true, nil
 }
 
 func (kernelMounter) unmount(target string) error {

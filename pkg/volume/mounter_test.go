@@ -2,6 +2,8 @@ package volume
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -49,5 +51,32 @@ func TestMountsUnder(t *testing.T) {
 	want := fmt.Sprint([]mountPoint{{path: "/r/pods/a/v"}, {path: "/r/pods/a/v"}, {path: "/r/pods/a"}})
 	if got != want {
 		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+func TestKernelMountedAt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vol")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var m kernelMounter
+	if fstype, mounted, err := m.mountedAt(dir); err != nil || mounted {
+		t.Fatalf("a plain directory: %q mounted=%v err=%v", fstype, mounted, err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root (CI runs as root)")
+	}
+	if err := m.mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer m.unmount(dir)
+	if fstype, mounted, err := m.mountedAt(dir); err != nil || !mounted || fstype != "tmpfs" {
+		t.Fatalf("a tmpfs: %q mounted=%v err=%v", fstype, mounted, err)
+	}
+	if err := ensureTmpfs(m, dir, nil, 0); err != nil {
+		t.Fatalf("ensureTmpfs on the tmpfs already there: %v", err)
+	}
+	if mps, _ := m.mountPoints(); len(mountsUnder(mps, dir)) != 1 {
+		t.Fatalf("ensureTmpfs mounted again: %v", mountsUnder(mps, dir))
 	}
 }

@@ -127,6 +127,9 @@ func TestKernelReconstructAfterRestart(t *testing.T) {
 	if len(pods) != 1 || pods[0].UID != pod.UID {
 		t.Fatalf("reconstructed %+v", pods)
 	}
+	if uids, err := restarted.PodUIDs(); err != nil || len(uids) != 1 || uids[0] != pod.UID {
+		t.Fatalf("PodUIDs = %v, %v; want [%s]", uids, err, pod.UID)
+	}
 	rp := pods[0]
 	wantVols := map[string]string{
 		"kube-api-access-x7k2p": projectedPluginName, "scratch": emptyDirPluginName,
@@ -220,5 +223,8 @@ func TestUnmountUnknownPodIsSuccess(t *testing.T) {
 	pods, err := f.mgr.Reconstruct(context.Background())
 	if err != nil || len(pods) != 0 {
 		t.Fatalf("reconstruct on empty root: %v %v", pods, err)
+	}
+	if uids, err := f.mgr.PodUIDs(); err != nil || len(uids) != 0 {
+		t.Fatalf("PodUIDs on empty root: %v %v", uids, err)
 	}
 }

@@ -126,6 +126,26 @@ type ReconstructedPod struct {
 	MountPoints []string
 }
 
+// PodUIDs lists the pods that have a directory under the root dir: what
+// the agent must clean up even when the apiserver no longer has them. It
+// reads one directory and no mount table, as admission asks for each pod.
+func (m *Manager) PodUIDs() ([]types.UID, error) {
+	entries, err := os.ReadDir(m.layout.podsDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pod directories: %w", err)
+	}
+	var uids []types.UID
+	for _, e := range entries {
+		if uid := types.UID(e.Name()); e.IsDir() && validUID(uid) {
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
+}
+
 // Reconstruct lists the pods whose directories are on disk, with their
 // volumes and mount points, after an agent restart. It changes nothing:
 // a pod still wanted is picked up by its next MountPod, which finds its
