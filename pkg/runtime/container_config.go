@@ -19,6 +19,12 @@ func ContainerLogPath(name string, restartCount int32) string {
 type ContainerInputs struct {
 	// Init is true for an init container (restartable ones included).
 	Init bool
+	// Ephemeral is true for an ephemeral container (a debug container
+	// added through the pod's ephemeralcontainers subresource).
+	Ephemeral bool
+	// TargetID is the runtime ID of the container whose PID namespace an
+	// ephemeral container joins (its targetContainerName), when it has one.
+	TargetID string
 	// Image is the reference the image was resolved to.
 	Image string
 	// RestartCount becomes the attempt and is recorded in an annotation
@@ -43,7 +49,7 @@ type ContainerInputs struct {
 // ContainerConfig translates one container of a pod into the config the
 // runtime creates it from.
 func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimeapi.ContainerConfig {
-	init, image, restartCount := in.Init, in.Image, in.RestartCount
+	image, restartCount := in.Image, in.RestartCount
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: c.Image},
@@ -53,7 +59,7 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 		Envs:        in.Env,
 		Mounts:      in.Mounts,
 		Labels:      containerLabels(pod, c.Name),
-		Annotations: containerAnnotations(pod, c, restartCount, init),
+		Annotations: containerAnnotations(pod, c, restartCount, in),
 		LogPath:     ContainerLogPath(c.Name, restartCount),
 		Stdin:       c.Stdin,
 		StdinOnce:   c.StdinOnce,
@@ -63,7 +69,21 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 	if cfg.Linux.SecurityContext == nil {
 		cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}
 	}
+	targetNamespace(cfg.Linux.SecurityContext, in.TargetID)
 	return cfg
+}
+
+// targetNamespace puts a container that targets another into that one's
+// PID namespace, unless the pod shares one namespace (or the host's)
+// among all its containers already: then it sees every process anyway.
+func targetNamespace(sc *runtimeapi.LinuxContainerSecurityContext, targetID string) {
+	if targetID == "" || sc.NamespaceOptions == nil {
+		return
+	}
+	if sc.NamespaceOptions.Pid == runtimeapi.NamespaceMode_CONTAINER {
+		sc.NamespaceOptions.Pid = runtimeapi.NamespaceMode_TARGET
+		sc.NamespaceOptions.TargetId = targetID
+	}
 }
 
 func orElse(a, b []string) []string {

@@ -25,11 +25,13 @@ const (
 	AnnotationTerminationMessagePath   = "io.kubernetes.container.terminationMessagePath"
 	AnnotationTerminationMessagePolicy = "io.kubernetes.container.terminationMessagePolicy"
 	AnnotationPodGracePeriod           = "io.kubernetes.pod.terminationGracePeriod"
-	// AnnotationContainerType tells init containers from app containers.
+	// AnnotationContainerType tells init, app and ephemeral containers
+	// apart.
 	AnnotationContainerType = "nodeagent.io/container-type"
 
-	containerTypeInit = "init"
-	containerTypeApp  = "app"
+	containerTypeInit      = "init"
+	containerTypeApp       = "app"
+	containerTypeEphemeral = "ephemeral"
 )
 
 // PodRef names the pod a sandbox or container belongs to, as read back
@@ -70,7 +72,7 @@ func containerLabels(pod *v1.Pod, name string) map[string]string {
 	}
 }
 
-func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int32, init bool) map[string]string {
+func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int32, in ContainerInputs) map[string]string {
 	a := map[string]string{
 		AnnotationRestartCount:             strconv.Itoa(int(restartCount)),
 		AnnotationTerminationMessagePath:   c.TerminationMessagePath,
@@ -78,8 +80,11 @@ func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int32, init
 		AnnotationContainerType:            containerTypeApp,
 		AnnotationContainerHash:            ContainerHash(c),
 	}
-	if init {
+	switch {
+	case in.Init:
 		a[AnnotationContainerType] = containerTypeInit
+	case in.Ephemeral:
+		a[AnnotationContainerType] = containerTypeEphemeral
 	}
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		a[AnnotationPodGracePeriod] = strconv.FormatInt(*g, 10)

@@ -38,10 +38,12 @@ const (
 
 // ContainerStatus is the observed state of one container.
 type ContainerStatus struct {
-	ID           string
-	SandboxID    string
-	Name         string
-	Init         bool
+	ID        string
+	SandboxID string
+	Name      string
+	Init      bool
+	// Ephemeral: one of the pod's ephemeral containers.
+	Ephemeral    bool
 	RestartCount int32
 	State        ContainerState
 	CreatedAt    time.Time
@@ -161,6 +163,7 @@ func ContainerFromCRI(c *runtimeapi.Container, st *runtimeapi.ContainerStatus) (
 		SandboxID:    c.GetPodSandboxId(),
 		Name:         c.GetLabels()[LabelContainer],
 		Init:         c.GetAnnotations()[AnnotationContainerType] == containerTypeInit,
+		Ephemeral:    c.GetAnnotations()[AnnotationContainerType] == containerTypeEphemeral,
 		Hash:         c.GetAnnotations()[AnnotationContainerHash],
 		RestartCount: int32(restarts),
 		State:        stateFromCRI(c.GetState()),

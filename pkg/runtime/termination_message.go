@@ -141,7 +141,7 @@ func parseCRILogLine(l []byte) (text []byte, full, ok bool) {
 // states so that together they fit MaxPodTerminationMessages, giving each
 // of its containers an even share.
 func TrimTerminationMessages(pod *v1.Pod, st *v1.PodStatus) {
-	n := len(pod.Spec.Containers) + len(pod.Spec.InitContainers)
+	n := len(pod.Spec.Containers) + len(pod.Spec.InitContainers) + len(pod.Spec.EphemeralContainers)
 	if n == 0 {
 		return
 	}
@@ -151,7 +151,7 @@ func TrimTerminationMessages(pod *v1.Pod, st *v1.PodStatus) {
 			t.Message = t.Message[:share]
 		}
 	}
-	for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+	for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
 		for i := range list {
 			trim(&list[i].State)
 			trim(&list[i].LastTerminationState)

@@ -275,6 +275,11 @@ func waitingReason(pod *v1.Pod, name string) string {
 // be started again under the pod's and the container's restart policies.
 func willRestart(pod *v1.Pod, name string, exitCode int32) bool {
 	policy := pod.Spec.RestartPolicy
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.Name == name {
+			return false // run once, never restarted
+		}
+	}
 	for _, c := range pod.Spec.InitContainers {
 		if c.Name != name {
 			continue

@@ -246,6 +246,10 @@ func TestWillRestart(t *testing.T) {
 		{name: "init failed, never", policy: v1.RestartPolicyNever, container: "init", exitCode: 2},
 		{name: "sidecar", policy: v1.RestartPolicyNever, container: "init", want: true,
 			mutate: func(p *v1.Pod) { p.Spec.InitContainers[0].RestartPolicy = &always }},
+		{name: "ephemeral, failed: never restarted", policy: v1.RestartPolicyAlways, container: "debugger", exitCode: 1,
+			mutate: func(p *v1.Pod) {
+				p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debugger"}}}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -93,11 +93,18 @@ func Compute(in Input) v1.PodStatus {
 	}
 	for i := range pod.Spec.InitContainers {
 		st.InitContainerStatuses = append(st.InitContainerStatuses,
-			containerStatus(&pod.Spec.InitContainers[i], true, defaultWaiting, in))
+			containerStatus(&pod.Spec.InitContainers[i], initKind, defaultWaiting, in))
 	}
 	for i := range pod.Spec.Containers {
 		st.ContainerStatuses = append(st.ContainerStatuses,
-			containerStatus(&pod.Spec.Containers[i], false, defaultWaiting, in))
+			containerStatus(&pod.Spec.Containers[i], appKind, defaultWaiting, in))
+	}
+	// Ephemeral containers are reported like app containers, but they count
+	// for neither the phase nor readiness, nor are they probed.
+	for i := range pod.Spec.EphemeralContainers {
+		c := (*v1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		st.EphemeralContainerStatuses = append(st.EphemeralContainerStatuses,
+			containerStatus(c, ephemeralKind, defaultWaiting, in))
 	}
 	if in.Terminal {
 		markUnknown(pod, &st)
@@ -128,12 +135,22 @@ func podIPs(pod *v1.Pod, in Input) (string, []v1.PodIP) {
 	return ips[0], out
 }
 
-func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input) v1.ContainerStatus {
+// containerKind is the list of the pod's spec a container comes from.
+type containerKind int
+
+const (
+	appKind containerKind = iota
+	initKind
+	ephemeralKind
+)
+
+func containerStatus(c *v1.Container, kind containerKind, defaultWaiting string, in Input) v1.ContainerStatus {
+	init := kind == initKind
 	cs := v1.ContainerStatus{Name: c.Name, Image: c.Image,
 		State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: defaultWaiting}}}
 	var seen []*runtime.ContainerStatus
 	for _, o := range in.Observed.ContainersNamed(c.Name) {
-		if o.Init == init {
+		if o.Init == init && o.Ephemeral == (kind == ephemeralKind) {
 			seen = append(seen, o)
 		}
 	}
@@ -152,7 +169,11 @@ func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input
 		if len(seen) > 1 {
 			cs.LastTerminationState = containerState(seen[1], in.RuntimeName)
 		}
-		if cs.State.Running != nil {
+		switch {
+		case kind == ephemeralKind:
+			// Neither started nor ready: the kubelet's prober never
+			// looks at ephemeral containers.
+		case cs.State.Running != nil:
 			var pr ProbeResults
 			if in.Probes != nil {
 				pr = in.Probes(latest.ID)
@@ -160,7 +181,7 @@ func containerStatus(c *v1.Container, init bool, defaultWaiting string, in Input
 			started := c.StartupProbe == nil || pr.Started
 			cs.Started = &started
 			cs.Ready = (!init || IsSidecar(c)) && started && (c.ReadinessProbe == nil || pr.Ready)
-		} else {
+		default:
 			started := false
 			cs.Started = &started
 		}

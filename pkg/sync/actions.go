@@ -38,6 +38,10 @@ type podActions struct {
 	// (restartable init containers) that ran and stopped: they are
 	// started again whatever the pod's restart policy.
 	SidecarsToStart []int
+	// EphemeralToStart are indexes into spec.ephemeralContainers of those
+	// never started: each runs once, in the current sandbox, and is never
+	// started again, even in a new sandbox.
+	EphemeralToStart []int
 	// ProbeKills are running containers that failed their liveness or
 	// startup probe.
 	ProbeKills []probeKill
@@ -86,6 +90,9 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 		return a
 	}
 	a.SidecarsToStart, a.ProbeKills, a.ContainersToKill = ia.sidecars, ia.kills, ia.changed
+	// Ephemeral containers are for debugging: they start whether or not
+	// the pod has initialized, and they never keep it running.
+	a.EphemeralToStart = ephemeralToStart(pod, observed)
 	if !ia.done {
 		a.NextInit = ia.next
 		return a
@@ -113,10 +120,23 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 		}
 	}
 	if !anyRunning && !anyToStart {
-		a.Done = true
-		a.KillPod = true
+		// Running ephemeral containers do not keep the pod: they stop
+		// with it, and none starts in it any more.
+		a.Done, a.KillPod, a.EphemeralToStart = true, true, nil
 	}
 	return a
+}
+
+// ephemeralToStart lists the ephemeral containers that never ran: one that
+// exists in the runtime, in whatever state, has had its one run.
+func ephemeralToStart(pod *v1.Pod, observed *runtime.PodStatus) []int {
+	var out []int
+	for i := range pod.Spec.EphemeralContainers {
+		if len(observed.ContainersNamed(pod.Spec.EphemeralContainers[i].Name)) == 0 {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // initPlan is what the init containers call for.

@@ -139,36 +139,54 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 
 	w.podIPs = w.sandboxIPs(ctx, pod, observed, sandboxID)
 
+	// Ephemeral containers first, as the kubelet does: a debugger can then
+	// start in a pod whose init containers cannot.
+	for _, i := range plan.EphemeralToStart {
+		c := (*v1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		if wait := w.startContainer(ctx, pod, c, ephemeralContainer, observed, sandboxID, sandboxCfg); wait > 0 {
+			next = min(next, wait)
+		}
+	}
 	for _, i := range plan.SidecarsToStart {
-		if wait := w.startContainer(ctx, pod, &pod.Spec.InitContainers[i], true, observed, sandboxID, sandboxCfg); wait > 0 {
+		if wait := w.startContainer(ctx, pod, &pod.Spec.InitContainers[i], initContainer, observed, sandboxID, sandboxCfg); wait > 0 {
 			next = min(next, wait)
 		}
 	}
 	if plan.NextInit >= 0 {
 		c := &pod.Spec.InitContainers[plan.NextInit]
-		if wait := w.startContainer(ctx, pod, c, true, observed, sandboxID, sandboxCfg); wait > 0 {
+		if wait := w.startContainer(ctx, pod, c, initContainer, observed, sandboxID, sandboxCfg); wait > 0 {
 			next = min(next, wait)
 		}
 		return next, false
 	}
 	for _, i := range plan.ContainersToStart {
 		c := &pod.Spec.Containers[i]
-		if wait := w.startContainer(ctx, pod, c, false, observed, sandboxID, sandboxCfg); wait > 0 {
+		if wait := w.startContainer(ctx, pod, c, appContainer, observed, sandboxID, sandboxCfg); wait > 0 {
 			next = min(next, wait)
 		}
 	}
 	return next, false
 }
 
+// containerKind is the list of the pod's spec a container comes from.
+type containerKind int
+
+const (
+	appContainer containerKind = iota
+	initContainer
+	ephemeralContainer
+)
+
 // startContainer pulls the container's image, then creates and starts it,
 // unless its restart back-off holds it back. It returns how long until it
 // should be tried again (zero when started or not to be retried soon).
-func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, observed *runtime.PodStatus, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig) time.Duration {
+func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, kind containerKind, observed *runtime.PodStatus, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig) time.Duration {
+	init := kind == initContainer
 	ref := containerRef(pod, c, init)
 	prev := latestOf(observed, c.Name, init)
 	restartCount := int32(0)
 	key := string(pod.UID) + "/" + c.Name
-	if prev != nil {
+	if prev != nil && kind != ephemeralContainer {
 		restartCount = prev.RestartCount + 1
 		if prev.State == runtime.ContainerExited {
 			ran := prev.FinishedAt.Sub(prev.StartedAt)
@@ -187,6 +205,10 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 		return wait
 	}
 	in, err := w.containerInputs(ctx, pod, c, init, image, restartCount, sandboxCfg)
+	if err == nil && kind == ephemeralContainer {
+		in.Ephemeral = true
+		in.TargetID, err = ephemeralTarget(pod, c.Name, observed)
+	}
 	if err != nil {
 		w.waiting[c.Name] = status.Waiting{Reason: reasonConfigError, Message: err.Error()}
 		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
@@ -224,6 +246,26 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 	return 0
 }
 
+// ephemeralTarget is the runtime ID of the container an ephemeral
+// container targets (shares the PID namespace of), or "" when it names
+// none. The target must have been created: ephemeral containers are added
+// to running pods, so it normally has.
+func ephemeralTarget(pod *v1.Pod, name string, observed *runtime.PodStatus) (string, error) {
+	for i := range pod.Spec.EphemeralContainers {
+		ec := &pod.Spec.EphemeralContainers[i]
+		if ec.Name != name || ec.TargetContainerName == "" {
+			continue
+		}
+		for _, c := range observed.ContainersNamed(ec.TargetContainerName) {
+			if !c.Ephemeral {
+				return c.ID, nil
+			}
+		}
+		return "", fmt.Errorf("unable to find target container %s", ec.TargetContainerName)
+	}
+	return "", nil
+}
+
 func (w *Worker) podDir(pod *v1.Pod) string {
 	return filepath.Join(w.d.cfg.RootDir, "pods", string(pod.UID))
 }
@@ -231,8 +273,11 @@ func (w *Worker) podDir(pod *v1.Pod) string {
 // containerRef is the object events about one container refer to.
 func containerRef(pod *v1.Pod, c *v1.Container, init bool) *v1.ObjectReference {
 	field := fmt.Sprintf("spec.containers{%s}", c.Name)
-	if init {
+	switch {
+	case init:
 		field = fmt.Sprintf("spec.initContainers{%s}", c.Name)
+	case isEphemeral(pod, c.Name):
+		field = fmt.Sprintf("spec.ephemeralContainers{%s}", c.Name)
 	}
 	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
 		UID: pod.UID, ResourceVersion: pod.ResourceVersion, FieldPath: field}

@@ -155,7 +155,8 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	return errors.Join(errs...)
 }
 
-// specContainer finds a container of the pod's spec by name and kind.
+// specContainer finds a container of the pod's spec by name and kind; an
+// ephemeral container is found as a non-init one.
 func specContainer(pod *v1.Pod, name string, init bool) (*v1.Container, bool) {
 	list := pod.Spec.Containers
 	if init {
@@ -166,7 +167,24 @@ func specContainer(pod *v1.Pod, name string, init bool) (*v1.Container, bool) {
 			return &list[i], init
 		}
 	}
+	if !init {
+		for i := range pod.Spec.EphemeralContainers {
+			if ec := &pod.Spec.EphemeralContainers[i]; ec.Name == name {
+				return (*v1.Container)(&ec.EphemeralContainerCommon), false
+			}
+		}
+	}
 	return nil, init
+}
+
+// isEphemeral says whether name is one of the pod's ephemeral containers.
+func isEphemeral(pod *v1.Pod, name string) bool {
+	for i := range pod.Spec.EphemeralContainers {
+		if pod.Spec.EphemeralContainers[i].Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // removeCgroup removes the pod's cgroup once; a busy one is retried by
