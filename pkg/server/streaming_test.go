@@ -133,12 +133,14 @@ func TestStreamIdleTimeout(t *testing.T) {
 	} {
 		t.Run(strings.SplitN(target, "/", 3)[1], func(t *testing.T) {
 			_, _, addr := streamFixture(t, idle)
+			// The server's idle timer starts before the client sees the upgrade: only a
+			// clock started before the request is sure to have run for the whole timeout.
+			start := time.Now()
 			resp, conn, br := upgrade(t, addr, "POST", target)
 			if resp.StatusCode != http.StatusSwitchingProtocols {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			start := time.Now()
 			if _, err := br.ReadByte(); err == nil {
 				t.Fatal("read data from an idle stream")
 			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
