@@ -59,6 +59,7 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	// of it: a relist taken halfway (a container created, not yet
 	// started) would make it act twice.
 	w.changed = false
+	w.imageVolumes.pulled = false
 	defer func() {
 		if w.changed {
 			w.acted()
@@ -182,6 +183,9 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 		}
 	}
 
+	if fail := w.imageVolumesFailure(ctx, pod, c, ref, sandboxCfg); fail != nil {
+		return fail.retry
+	}
 	image, wait, err := w.ensureImage(ctx, pod, c, ref, sandboxCfg)
 	if err != nil {
 		return wait
