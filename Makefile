@@ -2,7 +2,7 @@
 #
 #   make up      bring up a local cluster (stock control plane, containerd, registry) with nodeagent as its node
 #   make down    stop it and remove everything it made
-#   make test    unit tests, then the end-to-end suites on one shared cluster
+#   make test    unit tests, the end-to-end suites on one shared cluster, then the conformance smoke run
 #   make build   build bin/nodeagent
 #   make bench   pod startup and footprint, nodeagent side by side with the kubelet (BENCHMARKS.md)
 #   make bench-micro  testing.B benchmarks of the agent's hot paths
@@ -30,7 +30,7 @@ down:
 upstream:
 	@$(HARNESS) build
 
-test: unit e2e
+test: unit e2e conformance-smoke
 
 unit: vet
 	$(GO) test -count=1 ./...
@@ -55,7 +55,8 @@ bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
 # The upstream conformance suite on its own harness cluster (brought up and torn down by the
-# runner; run it under the cluster lock). Never part of make test. Results under
+# runner, after the e2e suite's is down). The full run is never part of make test; the smoke
+# run (a few fast specs, exit non-zero on any failure) is its last step. Results under
 # /var/lib/nodeagent-harness/conformance/<node>/. CONFORMANCE_NODE=kubelet runs the same
 # against the upstream kubelet; FOCUS, SKIP (ginkgo regexps) and PROCS override the defaults.
 export CONFORMANCE_NODE FOCUS SKIP PROCS
