@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	crierrors "k8s.io/cri-api/pkg/errors"
 
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
@@ -117,4 +118,42 @@ func imageMount(vm *v1.VolumeMount, image *runtimeapi.ImageSpec, subPath string,
 		RecursiveReadOnly: vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly != v1.RecursiveReadOnlyDisabled,
 		Propagation:       prop,
 	}, nil
+}
+
+// ImageVolumeMetrics is told about image volume mounts, when the Metrics
+// given to the Dispatcher has it (*metrics.Metrics does).
+type ImageVolumeMetrics interface {
+	// ObserveImageVolumes records a container created with image volumes:
+	// how many it asked for, and how many of its mounts of them the
+	// runtime made or failed to make.
+	ObserveImageVolumes(requested, mounted, failed int)
+}
+
+// observeImageVolumes counts the image volumes of a container the runtime
+// was asked to create, as the kubelet does: each volume once as
+// requested, each of its mounts as mounted unless the runtime said that
+// an image volume mount failed.
+func (w *Worker) observeImageVolumes(pod *v1.Pod, c *v1.Container, createErr error) {
+	m, ok := w.d.cfg.Metrics.(ImageVolumeMetrics)
+	if !ok || !mountsImageVolume(pod, c) {
+		return
+	}
+	volumes := map[string]bool{}
+	for _, vm := range c.VolumeMounts {
+		if _, ok := w.imageVolumes.byName[vm.Name]; ok {
+			volumes[vm.Name] = true
+		}
+	}
+	mountFailed := createErr != nil && strings.Contains(createErr.Error(), crierrors.ErrImageVolumeMountFailed.Error())
+	var mounted, failed int
+	for _, vm := range c.VolumeMounts {
+		switch {
+		case !volumes[vm.Name]:
+		case mountFailed:
+			failed++
+		default:
+			mounted++
+		}
+	}
+	m.ObserveImageVolumes(len(volumes), mounted, failed)
 }

@@ -3,11 +3,13 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	crierrors "k8s.io/cri-api/pkg/errors"
 	"k8s.io/utils/ptr"
 )
 
@@ -160,6 +162,40 @@ func waitingOf(h *harness, name string) *v1.ContainerStateWaiting {
 		}
 	}
 	return nil
+}
+
+// imageVolumeCounter counts what the worker reports of image volumes.
+type imageVolumeCounter struct {
+	noMetrics
+	requested, mounted, failed int
+}
+
+func (c *imageVolumeCounter) ObserveImageVolumes(requested, mounted, failed int) {
+	c.requested += requested
+	c.mounted += mounted
+	c.failed += failed
+}
+
+func TestImageVolumeMetrics(t *testing.T) {
+	pod := basePod(withImageVolume("registry.example/data:1", v1.PullIfNotPresent, "etc"), func(p *v1.Pod) {
+		// The same volume twice in a: one volume requested, two mounts.
+		p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "img", MountPath: "/whole"})
+	})
+	h := newImageHarness(t, pod)
+	m := &imageVolumeCounter{}
+	h.w.d.cfg.Metrics = m
+	h.rt.InjectError("CreateContainer", fmt.Errorf("failed to create containerd container: %w: no space", crierrors.ErrImageVolumeMountFailed))
+	h.sync(pod, false)
+	if m.requested != 1 || m.mounted != 0 || m.failed != 2 {
+		t.Errorf("after a failed mount: requested %d, mounted %d, failed %d; want 1, 0, 2", m.requested, m.mounted, m.failed)
+	}
+	if w := waitingOf(h, "a"); w == nil || w.Reason != reasonCreateError {
+		t.Errorf("a waiting = %+v, want CreateContainerError", w)
+	}
+	h.sync(pod, false)
+	if m.requested != 2 || m.mounted != 2 || m.failed != 2 {
+		t.Errorf("after the retry: requested %d, mounted %d, failed %d; want 2, 2, 2", m.requested, m.mounted, m.failed)
+	}
 }
 
 func TestImageMount(t *testing.T) {

@@ -207,6 +207,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 		id, err = w.d.cfg.Runtime.CreateContainer(ctx, sandboxID, cfg, sandboxCfg)
 		return err
 	})
+	w.observeImageVolumes(pod, c, err)
 	if err != nil {
 		w.waiting[c.Name] = status.Waiting{Reason: reasonCreateError, Message: err.Error()}
 		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
