@@ -65,12 +65,13 @@ func (w *Worker) pullImageVolumes(ctx context.Context, pod *v1.Pod, sandboxCfg *
 }
 
 // imageVolumesFailure pulls the pod's image volumes if this pass has not
-// and returns why one the container mounts is not there, nil when all
+// (all of them, mounted or not, as the kubelet does before it starts any
+// container) and returns why one the container mounts is not there, nil when all
 // are. The container then waits with the failure's reason (the last
 // failing volume's, as on a kubelet node) and gets a Failed event per
 // failing volume.
 func (w *Worker) imageVolumesFailure(ctx context.Context, pod *v1.Pod, c *v1.Container, ref *v1.ObjectReference, sandboxCfg *runtimeapi.PodSandboxConfig) *imageFailure {
-	if !mountsImageVolume(pod, c) {
+	if !hasImageVolume(pod) {
 		return nil
 	}
 	pulls := w.pullImageVolumes(ctx, pod, sandboxCfg)
@@ -82,6 +83,16 @@ func (w *Worker) imageVolumesFailure(ctx context.Context, pod *v1.Pod, c *v1.Con
 		}
 	}
 	return last
+}
+
+// hasImageVolume says whether the pod has an image volume.
+func hasImageVolume(pod *v1.Pod) bool {
+	for _, vol := range pod.Spec.Volumes {
+		if vol.Image != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // mountsImageVolume says whether the container mounts an image volume.
