@@ -35,6 +35,10 @@ type Metrics struct {
 	podStartSLIDuration   *compbase.HistogramVec
 	podStartTotalDuration *compbase.HistogramVec
 
+	imageVolumeRequested *compbase.Counter
+	imageVolumeMounted   *compbase.Counter
+	imageVolumeFailed    *compbase.Counter
+
 	plegRelistDuration *compbase.Histogram
 	plegRelistInterval *compbase.Histogram
 	plegLastSeen       *compbase.Gauge
@@ -81,6 +85,18 @@ func New() *Metrics {
 			Buckets: podStartBuckets, StabilityLevel: compbase.ALPHA,
 		}, []string{}),
 
+		imageVolumeRequested: compbase.NewCounter(&compbase.CounterOpts{
+			Subsystem: "kubelet", Name: "image_volume_requested_total",
+			Help: "Number of requested image volumes.", StabilityLevel: compbase.BETA,
+		}),
+		imageVolumeMounted: compbase.NewCounter(&compbase.CounterOpts{
+			Subsystem: "kubelet", Name: "image_volume_mounted_succeed_total",
+			Help: "Number of successful image volume mounts.", StabilityLevel: compbase.BETA,
+		}),
+		imageVolumeFailed: compbase.NewCounter(&compbase.CounterOpts{
+			Subsystem: "kubelet", Name: "image_volume_mounted_errors_total",
+			Help: "Number of failed image volume mounts.", StabilityLevel: compbase.BETA,
+		}),
 		plegRelistDuration: compbase.NewHistogram(&compbase.HistogramOpts{
 			Subsystem: kubeletSubsystem, Name: "pleg_relist_duration_seconds",
 			Help:    "Duration in seconds for relisting pods in PLEG.",
@@ -148,6 +164,7 @@ func New() *Metrics {
 	}
 	m.registry.MustRegister(
 		m.podWorkerDuration, m.podStartDuration, m.podStartSLIDuration, m.podStartTotalDuration,
+		m.imageVolumeRequested, m.imageVolumeMounted, m.imageVolumeFailed,
 		m.plegRelistDuration, m.plegRelistInterval, m.plegLastSeen, m.runningPods, m.runningContainers,
 		m.runtimeOperations, m.runtimeOperationsErrors, m.runtimeOperationsDuration,
 		m.restRequests, m.restLatency,
@@ -194,6 +211,15 @@ func (m *Metrics) ObservePodStart(d time.Duration) {
 func (m *Metrics) ObservePodStartSLI(sli, total time.Duration) {
 	m.podStartSLIDuration.WithLabelValues().Observe(sli.Seconds())
 	m.podStartTotalDuration.WithLabelValues().Observe(total.Seconds())
+}
+
+// ObserveImageVolumes records a container created with image volumes:
+// how many volumes it asked for, and how many of its mounts of them the
+// runtime made or failed to make.
+func (m *Metrics) ObserveImageVolumes(requested, mounted, failed int) {
+	m.imageVolumeRequested.Add(float64(requested))
+	m.imageVolumeMounted.Add(float64(mounted))
+	m.imageVolumeFailed.Add(float64(failed))
 }
 
 // ObserveRelist records one PLEG relist: how long it took, how long since

@@ -151,7 +151,18 @@ func TestPodMetrics(t *testing.T) {
 	m.ObservePodWorker("sync", 10*time.Millisecond)
 	m.ObservePodStart(3 * time.Second)
 	m.ObservePodStartSLI(2*time.Second, 5*time.Second)
+	m.ObserveImageVolumes(1, 2, 0)
+	m.ObserveImageVolumes(1, 0, 1)
 	fams, _ := scrape(t, m.Handler())
+	for name, want := range map[string]float64{
+		"kubelet_image_volume_requested_total":       2,
+		"kubelet_image_volume_mounted_succeed_total": 2,
+		"kubelet_image_volume_mounted_errors_total":  1,
+	} {
+		if got := sample(t, fams, name).GetCounter().GetValue(); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
 	if n := sample(t, fams, "kubelet_pod_worker_duration_seconds", "operation_type", "sync").GetHistogram().GetSampleCount(); n != 2 {
 		t.Errorf("sync passes = %d, want 2", n)
 	}

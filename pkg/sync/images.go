@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
@@ -32,48 +34,92 @@ const errImagePullShown = 2 * time.Second
 // failure the container's waiting reason and the events are set, and the
 // returned duration says when to try again.
 func (w *Worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, ref *v1.ObjectReference, sandboxCfg *runtimeapi.PodSandboxConfig) (string, time.Duration, error) {
-	fail := func(reason, msg string, err error, retry time.Duration) (string, time.Duration, error) {
-		w.waiting[c.Name] = status.Waiting{Reason: reason, Message: msg}
-		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %s", reason)
-		return "", retry, err
-	}
-	image, registry, err := runtime.ParseImage(c.Image)
-	if err != nil {
-		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", c.Image, err)
-		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, reasonInvalidImageName, msg)
-		return fail(reasonInvalidImageName, msg, err, w.d.cfg.ResyncPeriod)
-	}
 	policy := c.ImagePullPolicy
 	if policy == "" {
 		policy = v1.PullIfNotPresent
 	}
-	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: c.Image}
+	image, fail := w.pullImage(ctx, pod, imageRequest{
+		image: c.Image, policy: policy, about: ref, step: "pullImage:" + c.Name, prev: w.waiting[c.Name],
+	}, sandboxCfg)
+	if fail != nil {
+		w.failContainer(c, ref, fail)
+		return "", fail.retry, fail.err
+	}
+	return image, 0, nil
+}
+
+// failContainer holds a container back for an image that is not there:
+// its waiting reason, and the kubelet's "Error: <reason>" event on it.
+func (w *Worker) failContainer(c *v1.Container, ref *v1.ObjectReference, fail *imageFailure) {
+	w.waiting[c.Name] = fail.waiting
+	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %s", fail.waiting.Reason)
+}
+
+// imageRequest is one image a pod needs present: a container's, or an
+// image volume's.
+type imageRequest struct {
+	image  string        // as written in the spec
+	policy v1.PullPolicy // empty: defaulted as the API does
+	// about is what the events refer to: the container, or the pod for
+	// an image volume (as the kubelet does).
+	about kruntime.Object
+	step  string         // the name of the pod step the pull is timed as
+	prev  status.Waiting // the last failure shown, for the back-off message
+}
+
+// imageFailure is why an image is not there: the waiting reason the
+// containers that need it show, the error, and when to try again.
+type imageFailure struct {
+	waiting status.Waiting
+	err     error
+	retry   time.Duration
+}
+
+// pullImage makes an image present according to its pull policy, with the
+// pod's pull secrets and the pod's pull back-off, and returns the
+// reference the runtime knows it by. The Pulling, Pulled, BackOff and
+// Failed events go to req.about.
+func (w *Worker) pullImage(ctx context.Context, pod *v1.Pod, req imageRequest, sandboxCfg *runtimeapi.PodSandboxConfig) (string, *imageFailure) {
+	about := req.about
+	fail := func(reason, msg string, err error, retry time.Duration) (string, *imageFailure) {
+		return "", &imageFailure{waiting: status.Waiting{Reason: reason, Message: msg}, err: err, retry: retry}
+	}
+	image, registry, err := runtime.ParseImage(req.image)
+	if err != nil {
+		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", req.image, err)
+		w.d.cfg.Recorder.Eventf(about, v1.EventTypeWarning, reasonInvalidImageName, msg)
+		return fail(reasonInvalidImageName, msg, err, w.d.cfg.ResyncPeriod)
+	}
+	policy := req.policy
+	if policy == "" {
+		policy = defaultPullPolicy(req.image)
+	}
+	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: req.image}
 	if policy != v1.PullAlways {
 		resp, err := w.d.cfg.Images.ImageStatus(ctx, spec, false)
 		if err != nil {
 			return fail(reasonErrImagePull, err.Error(), err, time.Second)
 		}
 		if img := resp.GetImage(); img != nil {
-			w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventPulled, "Container image %q already present on machine and can be accessed by the pod", c.Image)
-			return imageRef(img, image), 0, nil
+			w.d.cfg.Recorder.Eventf(about, v1.EventTypeNormal, eventPulled, "Container image %q already present on machine and can be accessed by the pod", req.image)
+			return imageRef(img, image), nil
 		}
 		if policy == v1.PullNever {
-			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)
-			w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, reasonErrImageNeverPull, msg)
+			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", req.image)
+			w.d.cfg.Recorder.Eventf(about, v1.EventTypeWarning, reasonErrImageNeverPull, msg)
 			return fail(reasonErrImageNeverPull, msg, runtime.ErrImageNeverPull, w.d.cfg.ResyncPeriod)
 		}
 	}
 
-	key := "image/" + c.Image
+	key := "image/" + req.image
 	if wait := w.pulls.remaining(key, w.pulls.entries[key].lastOrZero(), 0); wait > 0 {
-		prev := w.waiting[c.Name]
-		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
-		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventBackOff, msg)
-		switch prev.Reason {
+		msg := fmt.Sprintf("Back-off pulling image %q", req.image)
+		w.d.cfg.Recorder.Eventf(about, v1.EventTypeNormal, eventBackOff, msg)
+		switch req.prev.Reason {
 		case reasonErrImagePull:
-			msg = fmt.Sprintf("%s: %s", msg, prev.Message)
+			msg = fmt.Sprintf("%s: %s", msg, req.prev.Message)
 		case reasonImagePullBackOff:
-			msg = prev.Message
+			msg = req.prev.Message
 		}
 		return fail(reasonImagePullBackOff, msg, runtime.ErrImagePullBack, wait)
 	}
@@ -84,9 +130,9 @@ func (w *Worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 	}
 	var imageID string
 	start := w.d.cfg.Clock.Now()
-	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventPulling, "Pulling image %q", c.Image)
+	w.d.cfg.Recorder.Eventf(about, v1.EventTypeNormal, eventPulling, "Pulling image %q", req.image)
 	var pulling time.Time
-	err = w.step(ctx, "pullImage:"+c.Name, func() error {
+	err = w.step(ctx, req.step, func() error {
 		release, err := w.d.pullSlot(ctx)
 		if err != nil {
 			return err
@@ -100,16 +146,30 @@ func (w *Worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 	if err != nil {
 		w.pulls.next(key)
 		msg := fmt.Sprintf("ErrImagePull: %v", err)
-		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Failed to pull image %q: %v", c.Image, err)
+		w.d.cfg.Recorder.Eventf(about, v1.EventTypeWarning, eventFailed, "Failed to pull image %q: %v", req.image, err)
 		return fail(reasonErrImagePull, msg, fmt.Errorf("%w: %w", runtime.ErrImagePull, err), errImagePullShown)
 	}
 	w.pulls.reset(key)
-	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventPulled, "Successfully pulled image %q in %v (%v including waiting)",
-		c.Image, w.d.cfg.Clock.Since(pulling), w.d.cfg.Clock.Since(start))
+	w.d.cfg.Recorder.Eventf(about, v1.EventTypeNormal, eventPulled, "Successfully pulled image %q in %v (%v including waiting)",
+		req.image, w.d.cfg.Clock.Since(pulling), w.d.cfg.Clock.Since(start))
 	if imageID == "" {
 		imageID = image
 	}
-	return imageID, 0, nil
+	return imageID, nil
+}
+
+// defaultPullPolicy is the API's default for an image without one:
+// Always for the latest tag (written or implied) unless pinned by
+// digest, IfNotPresent otherwise.
+func defaultPullPolicy(image string) v1.PullPolicy {
+	if strings.Contains(image, "@") {
+		return v1.PullIfNotPresent
+	}
+	last := image[strings.LastIndex(image, "/")+1:]
+	if _, tag, ok := strings.Cut(last, ":"); !ok || tag == "latest" {
+		return v1.PullAlways
+	}
+	return v1.PullIfNotPresent
 }
 
 // pullWithAuths tries each credential in turn, then none.

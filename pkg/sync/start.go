@@ -59,6 +59,7 @@ func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	// of it: a relist taken halfway (a container created, not yet
 	// started) would make it act twice.
 	w.changed = false
+	w.imageVolumes.pulled = false
 	defer func() {
 		if w.changed {
 			w.acted()
@@ -200,6 +201,9 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 		}
 	}
 
+	if fail := w.imageVolumesFailure(ctx, pod, c, ref, sandboxCfg); fail != nil {
+		return fail.retry
+	}
 	image, wait, err := w.ensureImage(ctx, pod, c, ref, sandboxCfg)
 	if err != nil {
 		return wait
@@ -225,6 +229,7 @@ func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Containe
 		id, err = w.d.cfg.Runtime.CreateContainer(ctx, sandboxID, cfg, sandboxCfg)
 		return err
 	})
+	w.observeImageVolumes(pod, c, err)
 	if err != nil {
 		w.waiting[c.Name] = status.Waiting{Reason: reasonCreateError, Message: err.Error()}
 		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)

@@ -162,6 +162,22 @@ func (w *Worker) volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container,
 				return nil, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q: %w", vm.Name, c.Name, err)
 			}
 		}
+		prop, err := propagation(vm.MountPropagation, c)
+		if err != nil {
+			return nil, err
+		}
+		if m.Image {
+			iv := w.imageVolumes.byName[vm.Name]
+			if iv.spec == nil {
+				return nil, fmt.Errorf("image volume %q of container %q is not pulled", vm.Name, c.Name)
+			}
+			mnt, err := imageMount(&c.VolumeMounts[i], iv.spec, sub, prop)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mnt)
+			continue
+		}
 		if sub != "" {
 			p, err := w.d.cfg.Volumes.PrepareSubPath(ctx, volume.SubPathRequest{
 				PodUID: pod.UID, Volume: vm.Name, VolumePath: m.HostPath,
@@ -171,10 +187,6 @@ func (w *Worker) volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container,
 				return nil, fmt.Errorf("failed to prepare subPath for volumeMount %q of container %q: %w", vm.Name, c.Name, err)
 			}
 			host = p
-		}
-		prop, err := propagation(vm.MountPropagation, c)
-		if err != nil {
-			return nil, err
 		}
 		readOnly := vm.ReadOnly || m.ReadOnly
 		out = append(out, &runtimeapi.Mount{

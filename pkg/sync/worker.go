@@ -49,6 +49,8 @@ type Worker struct {
 	restarts  *backoff
 	pulls     *backoff
 	volumes   podVolumes
+	// imageVolumes: the pod's image volumes as this pass pulled them.
+	imageVolumes imageVolumePulls
 	// podIPs are the addresses of the pod's current sandbox, known once
 	// the sandbox exists (the node's for a host-network pod).
 	podIPs []string

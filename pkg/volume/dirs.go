@@ -17,14 +17,15 @@ type PodVolumeDir struct {
 }
 
 // VolumeDirs lists where the pod's volumes live in its pod directory, for
-// measuring them. Volumes that live elsewhere (hostPath) are left out.
+// measuring them. Volumes that live elsewhere (hostPath, image) are left
+// out.
 // It does not touch the disk.
 func (m *Manager) VolumeDirs(pod *v1.Pod) []PodVolumeDir {
 	var out []PodVolumeDir
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
 		p := m.pluginFor(vol)
-		if p == nil || p.name() == hostPathPluginName {
+		if p == nil || p.name() == hostPathPluginName || p.name() == imagePluginName {
 			continue
 		}
 		out = append(out, PodVolumeDir{Name: vol.Name, Plugin: p.name(), Path: m.layout.volumeDir(pod.UID, p.name(), vol.Name)})

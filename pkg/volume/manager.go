@@ -107,6 +107,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		plugins: []plugin{
 			&emptyDirPlugin{mounter: cfg.mounter, allocatableMemory: allocMemory, hugePagesDir: cfg.HugePagesDir},
 			hostPathPlugin{},
+			imagePlugin{},
 			newConfigMapPlugin(objects, cfg.mounter),
 			newSecretPlugin(objects, cfg.mounter),
 			newDownwardAPIPlugin(cfg.Allocatable, cfg.mounter),

@@ -151,6 +151,8 @@ func TestMountPodKinds(t *testing.T) {
 			wantErr: `configmap "gone1" not found` + "\n" + `secret "gone2" not found`},
 		{name: "hostPath", volume: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: hostDir}},
 			plugin: hostPathPluginName},
+		{name: "image: nothing on the host, read-only", volume: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "busybox:1", PullPolicy: v1.PullIfNotPresent}},
+			plugin: imagePluginName, ro: true},
 		{name: "persistentVolumeClaim not supported yet", volume: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}},
 			wantErr: "not supported"},
 	}
@@ -184,6 +186,17 @@ func TestMountPodKinds(t *testing.T) {
 			if tc.plugin == hostPathPluginName {
 				if m.HostPath != hostDir {
 					t.Errorf("hostPath = %s", m.HostPath)
+				}
+				return
+			}
+			if tc.plugin == imagePluginName {
+				// The runtime mounts the image: no host path, no directory, no mount.
+				vols, _ := f.mgr.volumesOnDisk(pod.UID)
+				if !m.Image || m.HostPath != "" || m.Managed || len(vols) != 0 || len(f.mounter.mounts) != 0 {
+					t.Errorf("image volume = %+v, on disk %v, mounts %q", m, vols, f.mounter.mounts)
+				}
+				if dirs := f.mgr.VolumeDirs(pod); len(dirs) != 0 {
+					t.Errorf("VolumeDirs = %v, want none to measure", dirs)
 				}
 				return
 			}

@@ -47,6 +47,9 @@ type Mount struct {
 	Managed bool
 	// Plugin names the plugin that set the volume up.
 	Plugin string
+	// Image is true for an image volume: HostPath is empty and the
+	// runtime mounts the pulled image itself (CRI Mount.image).
+	Image bool
 }
 
 // Mounts maps a pod's volume names to their mounts.
