@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
 	"github.com/nodeagent/nodeagent/test/harness"
@@ -147,6 +148,10 @@ func TestKubectlPortForward(t *testing.T) {
 	pod.Spec.Containers[0] = corev1.Container{
 		Name: "netexec", Image: harness.AgnhostImage, Args: []string{"netexec", "--http-port=8080"},
 		Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+		// Ready only once netexec listens: kubectl port-forward exits when a forwarded
+		// connection meets a closed port (the error stream reports it), as with a kubelet.
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}},
+			PeriodSeconds: 1},
 	}
 	pod = waitPod(t, createPod(t, pod), 2*time.Minute, runningAndReady)
 
@@ -169,7 +174,6 @@ func TestKubectlPortForward(t *testing.T) {
 		}
 		return nil
 	}
-	// netexec may listen a moment after the pod is ready.
 	framework.Eventually(t, 30*time.Second, get)
 	for i := 0; i < 3; i++ {
 		if err := get(); err != nil {
