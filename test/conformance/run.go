@@ -35,14 +35,14 @@ const DefaultSkip = `\[Serial\]|\[Disruptive\]|\[Flaky\]`
 // node: a pod's status, its environment, the downward API, logs, and the configMap,
 // secret and emptyDir volumes.
 var SmokeSpecs = []string{
-	"[sig-node] Pods should get a host IP [NodeConformance] [Conformance]",
-	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars [NodeConformance] [Conformance]",
-	"[sig-node] Variable Expansion should allow composing env vars into new env vars [NodeConformance] [Conformance]",
-	"[sig-node] Containers should be able to override the image's default command (container entrypoint) [NodeConformance] [Conformance]",
-	"[sig-node] Kubelet when scheduling a busybox command in a pod should print the output to logs [NodeConformance] [Conformance]",
-	"[sig-storage] ConfigMap should be consumable from pods in volume [NodeConformance] [Conformance]",
-	"[sig-storage] Secrets should be consumable from pods in volume [NodeConformance] [Conformance]",
-	"[sig-storage] EmptyDir volumes should support (root,0644,tmpfs) [LinuxOnly] [NodeConformance] [Conformance]",
+	"[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
+	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars [Conformance] [NodeConformance]",
+	"[sig-node] Variable Expansion should allow composing env vars into new env vars [Conformance] [NodeConformance]",
+	"[sig-node] Containers should be able to override the image's default command (container entrypoint) [Conformance] [NodeConformance]",
+	"[sig-node] Kubelet when scheduling a busybox command in a pod should print the output to logs [Conformance] [NodeConformance]",
+	"[sig-storage] ConfigMap should be consumable from pods in volume [Conformance] [NodeConformance]",
+	"[sig-storage] Secrets should be consumable from pods in volume [Conformance] [NodeConformance]",
+	"[sig-storage] EmptyDir volumes should support (root,0644,tmpfs) [LinuxOnly] [Conformance] [NodeConformance]",
 }
 
 // SmokeFocus is the focus that selects exactly SmokeSpecs.
