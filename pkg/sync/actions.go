@@ -90,6 +90,7 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 		return a
 	}
 	a.SidecarsToStart, a.ProbeKills, a.ContainersToKill = ia.sidecars, ia.kills, ia.changed
+	a.ContainersToRemove = append(a.ContainersToRemove, ia.stale...)
 	// Ephemeral containers are for debugging: they start whether or not
 	// the pod has initialized, and they never keep it running.
 	a.EphemeralToStart = ephemeralToStart(pod, observed)
@@ -117,6 +118,11 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 		case shouldRestart(pod, c):
 			anyToStart = true
 			a.ContainersToStart = append(a.ContainersToStart, i)
+			if c.State == runtime.ContainerCreated {
+				// Never started (an agent killed between create and
+				// start, or a failed start): its successor replaces it.
+				a.ContainersToRemove = append(a.ContainersToRemove, c.ID)
+			}
 		}
 	}
 	if !anyRunning && !anyToStart {
@@ -148,6 +154,9 @@ type initPlan struct {
 	sidecars []int
 	kills    []probeKill
 	changed  []string
+	// stale are init containers created but never started, replaced by
+	// the one that starts next.
+	stale []string
 	// done: every init container has done its part (regular ones
 	// succeeded, sidecars started); failed: one failed for good
 	// (restartPolicy Never).
@@ -194,6 +203,9 @@ func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, pro
 				return p
 			default:
 				p.next = i
+				if c.State == runtime.ContainerCreated {
+					p.stale = append(p.stale, c.ID)
+				}
 				return p
 			}
 		}

@@ -2,131 +2,177 @@ package sync
 
 import (
 	"context"
-	"fmt"
+	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/qos"
-	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
-// admitOutcome is what admit decided.
-type admitOutcome int
+// sourceSyncPoll is how often admission looks whether the pod source has
+// listed every pod bound here; it only waits for that once, at start.
+const sourceSyncPoll = 50 * time.Millisecond
 
-const (
-	admitted admitOutcome = iota
-	rejected
-	// undecided: the pods bound here are not all known yet; ask again.
-	undecided
-)
-
-// admit decides, on a pod's first pass, whether it may run here. A pod
-// that already ran (it has something in the runtime, or a start time
-// from an earlier run of the agent) was admitted before and is not
-// judged again, so that a restarted agent never rejects what it
-// admitted; a new pod is judged once every pod bound here is known, so
-// that it is counted against all of them, and after every pod bound
-// before it, so that the same pods win whatever order their workers run
-// in. A rejected pod fails, as the kubelet fails it, and nothing of it
-// is made.
-func (w *Worker) admit(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) admitOutcome {
-	if w.holds.Load() {
-		return admitted
-	}
-	d := w.d
-	if d.cfg.Admitter == nil || admittedBefore(pod, observed) {
-		w.holds.Store(true)
-		return admitted
-	}
-	if !d.listed() || d.waitingOlder(w.uid, pod) {
-		return undecided
-	}
-	logger := klog.FromContext(ctx)
-	d.admitMu.Lock()
-	defer d.admitMu.Unlock()
-	// Whatever the outcome, the next pod in line may now be judged.
-	defer d.pokeWaiting()
-	var r admission.Result
-	node, err := d.cfg.Node(ctx)
-	if err != nil {
-		logger.Error(err, "Cannot get the node to admit a pod against")
-		node = nil
-	}
-	err = w.step(ctx, "admit", func() error {
-		r = d.cfg.Admitter.Admit(logger, pod, node, d.admittedPods(w.uid))
-		if !r.Admit {
-			return fmt.Errorf("%s: %s", r.Reason, r.Message)
-		}
-		return nil
-	})
-	if err == nil {
-		w.holds.Store(true)
-		return admitted
-	}
-	w.ended.Store(true)
-	d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
-	d.cfg.Status.SetFinal(pod, v1.PodStatus{
-		Phase: v1.PodFailed, Reason: r.Reason, Message: r.StatusMessage(), QOSClass: qos.Class(pod),
-	})
-	return rejected
+// pendingPod is a pod waiting to be admitted: its latest spec.
+type pendingPod struct {
+	pod *v1.Pod
 }
 
-// admittedBefore says whether an earlier run of the agent admitted pod.
-func admittedBefore(pod *v1.Pod, observed *runtime.PodStatus) bool {
-	if observed != nil && len(observed.Sandboxes)+len(observed.Containers) > 0 {
-		return true
+// queueLocked starts the worker of a pod new to the agent, or queues the
+// pod for admission. A pod that already ran (it has something in the
+// runtime, or a start time from an earlier run of the agent) was admitted
+// before and is not judged again, so that a restarted agent never rejects
+// what it admitted; nor is a pod that is ending anyway. d.mu is held.
+func (d *Dispatcher) queueLocked(pod *v1.Pod) {
+	if p, ok := d.pending[pod.UID]; ok {
+		p.pod = pod
+	} else if known := d.knownLocked(pod.UID); d.cfg.Admitter == nil || !needsAdmission(pod) || known {
+		w := d.newWorker(pod)
+		// A pod deleted before it ever ran here holds nothing.
+		w.ended.Store(pod.DeletionTimestamp != nil && pod.Status.StartTime == nil && !known)
+		d.startLocked(w)
+		return
+	} else {
+		d.pending[pod.UID] = &pendingPod{pod: pod}
 	}
-	return pod.Status.StartTime != nil
+	select {
+	case d.admitWake <- struct{}{}:
+	default:
+	}
 }
 
-// admittedPods are the pods that hold node resources, except the one
-// being admitted: those admitted in this run and not ended, and those an
-// earlier run admitted whose workers have not caught up yet.
-func (d *Dispatcher) admittedPods(except types.UID) []*v1.Pod {
-	known := map[types.UID]bool{}
+// needsAdmission says whether a pod new to this run of the agent is to
+// be judged.
+func needsAdmission(pod *v1.Pod) bool {
+	return pod.Status.StartTime == nil && pod.DeletionTimestamp == nil && !isTerminal(pod.Status.Phase)
+}
+
+// knownLocked says whether the runtime holds anything of the pod.
+func (d *Dispatcher) knownLocked(uid types.UID) bool {
 	for _, ref := range d.cfg.Known() {
-		known[ref.UID] = true
+		if ref.UID == uid {
+			return true
+		}
 	}
+	return false
+}
+
+// admitLoop judges pending pods, oldest first, once every pod bound here
+// is known, until ctx ends.
+func (d *Dispatcher) admitLoop(ctx context.Context) {
+	if err := wait.PollUntilContextCancel(ctx, sourceSyncPoll, true, func(context.Context) (bool, error) {
+		return d.listed(), nil
+	}); err != nil {
+		return
+	}
+	for {
+		d.admitPending(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.admitWake:
+		}
+	}
+}
+
+// admitPending judges every pending pod in the order they were created,
+// each against the node and the pods admitted before it, and starts its
+// worker: to run, or to report its rejection.
+func (d *Dispatcher) admitPending(ctx context.Context) {
+	d.mu.Lock()
+	queue := make([]*v1.Pod, 0, len(d.pending))
+	for _, p := range d.pending {
+		queue = append(queue, p.pod)
+	}
+	d.mu.Unlock()
+	slices.SortFunc(queue, func(a, b *v1.Pod) int {
+		if createdBefore(a, b) {
+			return -1
+		}
+		return 1
+	})
+	for _, pod := range queue {
+		if ctx.Err() != nil {
+			return
+		}
+		d.admit(ctx, pod.UID)
+	}
+}
+
+// admit judges one pending pod, if it still is, and starts its worker.
+func (d *Dispatcher) admit(ctx context.Context, uid types.UID) {
+	d.mu.Lock()
+	p, ok := d.pending[uid]
+	if !ok {
+		d.mu.Unlock()
+		return
+	}
+	pod := p.pod
+	admitted := d.admittedLocked()
+	d.mu.Unlock()
+
+	var r admission.Result
+	if needsAdmission(pod) {
+		logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
+		node, err := d.cfg.Node(ctx)
+		if err != nil {
+			logger.Error(err, "Cannot get the node to admit a pod against")
+			node = nil
+		}
+		start := d.cfg.Clock.Now()
+		r = d.cfg.Admitter.Admit(logger, pod, node, admitted)
+		if r.Admit {
+			logger.V(2).Info("Pod step done", "step", "admit", "duration", d.cfg.Clock.Since(start))
+		} else {
+			logger.Info("Pod step failed", "step", "admit", "duration", d.cfg.Clock.Since(start), "err", r.Reason+": "+r.Message)
+		}
+	} else {
+		r.Admit = true // it started ending while it waited, and never ran
+	}
+
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if _, ok := d.pending[uid]; !ok {
+		return // removed while it was judged
+	}
+	delete(d.pending, uid)
+	w := d.newWorker(pod)
+	w.ended.Store(!needsAdmission(pod))
+	if !r.Admit {
+		d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, r.Reason, "%s", r.Message)
+		w.state = podState{phase: phaseTerminated, released: true,
+			end: ending{rejected: true, reason: r.Reason, message: r.StatusMessage()}}
+		w.ended.Store(true)
+	}
+	d.startLocked(w)
+}
+
+// rejectedStatus is the final status of a pod admission refused, as the
+// kubelet writes it.
+func rejectedStatus(pod *v1.Pod, reason, message string) v1.PodStatus {
+	return v1.PodStatus{Phase: v1.PodFailed, Reason: reason, Message: message, QOSClass: qos.Class(pod)}
+}
+
+// admittedLocked are the pods that hold node resources: those of every
+// worker whose pod has not ended. d.mu is held.
+func (d *Dispatcher) admittedLocked() []*v1.Pod {
 	var out []*v1.Pod
-	for uid, w := range d.workers {
-		if uid == except || w.ended.Load() {
+	for _, w := range d.workers {
+		if w.ended.Load() {
 			continue
 		}
 		pod, removed := w.latest()
 		if removed || pod == nil || isTerminal(pod.Status.Phase) {
 			continue
 		}
-		if w.holds.Load() || known[uid] || pod.Status.StartTime != nil {
-			out = append(out, pod)
-		}
+		out = append(out, pod)
 	}
 	return out
-}
-
-// waitingOlder says whether a pod created before pod still waits for its
-// admission: it is judged first, as the kubelet admits pods in the order
-// they were created.
-func (d *Dispatcher) waitingOlder(except types.UID, pod *v1.Pod) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for uid, w := range d.workers {
-		if uid == except || w.holds.Load() || w.ended.Load() {
-			continue
-		}
-		other, removed := w.latest()
-		if removed || other == nil || other.DeletionTimestamp != nil || isTerminal(other.Status.Phase) || other.Status.StartTime != nil {
-			continue
-		}
-		if createdBefore(other, pod) {
-			return true
-		}
-	}
-	return false
 }
 
 // createdBefore orders pods by creation, then by UID.
@@ -135,15 +181,4 @@ func createdBefore(a, b *v1.Pod) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.UID < b.UID
-}
-
-// pokeWaiting wakes the workers of pods not judged yet.
-func (d *Dispatcher) pokeWaiting() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, w := range d.workers {
-		if !w.holds.Load() && !w.ended.Load() {
-			w.poke()
-		}
-	}
 }

@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,16 +35,37 @@ func withAdmission(t *testing.T, h *harness, cpu string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.w.d.cfg.Admitter, h.w.d.cfg.Node = a, admitNode(cpu)
+	h.d.cfg.Admitter, h.d.cfg.Node = a, admitNode(cpu)
 }
 
-func TestWorkerRejectsPodThatDoesNotFit(t *testing.T) {
+// admitted hands pod to the dispatcher, judges what is pending, and
+// returns the pod's worker (nil when it still waits).
+func (h *harness) admitted(pod *v1.Pod) *Worker {
+	h.t.Helper()
+	h.d.UpsertPod(pod)
+	h.d.admitPending(context.Background())
+	h.d.mu.Lock()
+	defer h.d.mu.Unlock()
+	return h.d.workers[pod.UID]
+}
+
+func named(uid, name string, created time.Time, mut ...func(*v1.Pod)) *v1.Pod {
+	p := basePod(mut...)
+	p.UID, p.Name, p.CreationTimestamp = types.UID(uid), name, metav1.NewTime(created)
+	return p
+}
+
+func TestDispatcherRejectsPodThatDoesNotFit(t *testing.T) {
 	pod := basePod(withCPU("4"))
 	h := newHarness(t, pod)
 	withAdmission(t, h, "1900m")
 	cg := &fakeCgroups{}
-	h.w.d.cfg.Cgroups = cg
+	h.w.deps.cgroups = cg
 
+	h.w = h.admitted(pod)
+	if h.w == nil || !h.w.ended.Load() {
+		t.Fatal("a rejected pod got no worker, or one that counts against the node")
+	}
 	h.sync(pod, false)
 	if len(h.rt.Sandboxes) != 0 || len(cg.ensured) != 0 {
 		t.Fatalf("a rejected pod got %d sandboxes and cgroups %v", len(h.rt.Sandboxes), cg.ensured)
@@ -53,8 +75,8 @@ func TestWorkerRejectsPodThatDoesNotFit(t *testing.T) {
 		st.Message != "Pod was rejected: Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 1900" {
 		t.Fatalf("final status = %+v", st)
 	}
-	if st.QOSClass != v1.PodQOSBurstable {
-		t.Errorf("qosClass = %q, want Burstable", st.QOSClass)
+	if st.QOSClass != v1.PodQOSBurstable || len(st.ContainerStatuses) != 0 {
+		t.Errorf("final status = %+v, want the bare refusal with qosClass Burstable", st)
 	}
 	if ev := h.events(); !strings.Contains(ev, "Warning OutOfcpu Node didn't have enough resource: cpu") {
 		t.Errorf("no OutOfcpu event:\n%s", ev)
@@ -63,58 +85,59 @@ func TestWorkerRejectsPodThatDoesNotFit(t *testing.T) {
 	if len(h.rt.Sandboxes) != 0 {
 		t.Error("a rejected pod was started on a later pass")
 	}
-	if !h.w.ended.Load() || h.w.holds.Load() {
-		t.Error("a rejected pod counts against the node")
+
+	// Its deletion is confirmed like any pod's.
+	deleted := pod.DeepCopy()
+	now := metav1.Now()
+	deleted.DeletionTimestamp = &now
+	h.status.final = nil
+	h.sync(deleted, false)
+	if h.status.final == nil || h.status.final.Reason != "OutOfcpu" {
+		t.Errorf("deletion of a rejected pod confirmed with %+v, want its refusal", h.status.final)
 	}
 }
 
-func TestWorkerAdmitsAgainstAdmittedPods(t *testing.T) {
-	first := basePod(withCPU("1"))
+func TestDispatcherAdmitsAgainstAdmittedPods(t *testing.T) {
+	first := named("uid-1", "p1", t0, withCPU("1"))
 	h := newHarness(t, first)
 	withAdmission(t, h, "1900m")
-	d := h.w.d
-	d.workers[first.UID] = h.w
-	h.sync(first, false)
-	if h.status.final != nil || len(h.rt.Sandboxes) != 1 {
-		t.Fatalf("the first pod was not admitted: %+v", h.status.final)
+	w1 := h.admitted(first)
+	if w1 == nil || w1.ended.Load() {
+		t.Fatal("the first pod was not admitted")
 	}
 
-	second := basePod(withCPU("1"))
-	second.UID, second.Name = "uid-2", "p2"
-	w2 := newWorker(d, second)
-	d.workers[second.UID] = w2
-	if w2.admit(context.Background(), second, nil) != rejected {
-		t.Fatal("a pod that fits only without the admitted one was admitted")
-	}
-	if !strings.Contains(h.status.final.Message, "used: 1000, capacity: 1900") {
-		t.Errorf("message = %q, want the first pod's request counted", h.status.final.Message)
+	second := named("uid-2", "p2", t0.Add(time.Second), withCPU("1"))
+	w2 := h.admitted(second)
+	if w2 == nil || !w2.ended.Load() || !strings.Contains(w2.state.end.message, "used: 1000, capacity: 1900") {
+		t.Fatalf("a pod that fits only without the admitted one: worker %v, want rejected counting the first pod's cpu", w2)
 	}
 
 	// Once the first pod ended, its cpu is free again.
-	h.w.setState(terminated)
-	w3 := newWorker(d, second)
-	if w3.admit(context.Background(), second, nil) != admitted {
+	w1.ended.Store(true)
+	third := named("uid-3", "p3", t0.Add(2*time.Second), withCPU("1"))
+	if w3 := h.admitted(third); w3 == nil || w3.ended.Load() {
 		t.Error("a pod was rejected for the cpu of an ended pod")
 	}
 }
 
-func TestWorkerDoesNotJudgeAPodAdmittedBefore(t *testing.T) {
+func TestDispatcherDoesNotJudgeAPodAdmittedBefore(t *testing.T) {
 	pod := basePod(withCPU("4"))
 	h := newHarness(t, pod)
 	withAdmission(t, h, "1")
 	// An earlier run started it: it has a start time.
 	now := metav1.Now()
 	pod.Status.StartTime = &now
+	h.d.UpsertPod(pod)
+	h.d.mu.Lock()
+	w, pending := h.d.workers[pod.UID], len(h.d.pending)
+	h.d.mu.Unlock()
+	if w == nil || pending != 0 {
+		t.Fatalf("a pod admitted by an earlier run waits for admission (pending %d)", pending)
+	}
+	h.w = w
 	h.sync(pod, false)
-	if h.status.final != nil {
-		t.Fatalf("a pod admitted by an earlier run was rejected: %+v", h.status.final)
-	}
-	if len(h.rt.Sandboxes) != 1 {
-		t.Errorf("sandboxes = %d, want 1", len(h.rt.Sandboxes))
-	}
-	if got := h.w.d.admittedPods(types.UID("other")); len(got) != 0 {
-		// The worker is not registered with the dispatcher in this test.
-		t.Errorf("admittedPods = %d", len(got))
+	if h.status.final != nil || len(h.rt.Sandboxes) != 1 {
+		t.Fatalf("a pod admitted by an earlier run was not run: final %+v, %d sandboxes", h.status.final, len(h.rt.Sandboxes))
 	}
 }
 
@@ -122,65 +145,69 @@ func TestAdmissionWaitsForTheSource(t *testing.T) {
 	pod := basePod(withCPU("1"))
 	h := newHarness(t, pod)
 	withAdmission(t, h, "1900m")
-	synced := false
-	h.w.d.listed = func() bool { return synced }
-	if got := h.w.admit(context.Background(), pod, nil); got != undecided {
-		t.Fatalf("admit before the source listed = %v, want undecided", got)
+	var synced atomic.Bool
+	h.d.listed = synced.Load
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.d.admitLoop(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	h.d.UpsertPod(pod)
+	// The loop checks the source every sourceSyncPoll: give it several.
+	time.Sleep(5 * sourceSyncPoll)
+	h.d.mu.Lock()
+	_, started := h.d.workers[pod.UID]
+	h.d.mu.Unlock()
+	if started {
+		t.Fatal("a pod was judged before the source listed every pod")
 	}
-	h.sync(pod, false)
-	if len(h.rt.Sandboxes) != 0 || h.status.final != nil {
-		t.Fatal("a pod was started or judged before the source listed every pod")
-	}
-	synced = true
-	h.sync(pod, false)
-	if len(h.rt.Sandboxes) != 1 {
-		t.Errorf("sandboxes = %d once listed, want 1", len(h.rt.Sandboxes))
+	synced.Store(true)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.d.mu.Lock()
+		w := h.d.workers[pod.UID]
+		h.d.mu.Unlock()
+		if w != nil {
+			if w.ended.Load() {
+				t.Error("the pod was rejected")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pod was not admitted once the source listed")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
 func TestAdmissionFollowsCreationOrder(t *testing.T) {
-	older := basePod(withCPU("1"))
-	older.CreationTimestamp = metav1.NewTime(t0)
+	older := named("uid-1", "old", t0, withCPU("1"))
+	younger := named("uid-2", "young", t0.Add(time.Second), withCPU("1"))
 	h := newHarness(t, older)
 	withAdmission(t, h, "1500m")
-	d := h.w.d
-	d.workers[older.UID] = h.w
-
-	younger := basePod(withCPU("1"))
-	younger.UID, younger.Name = "uid-2", "p2"
-	younger.CreationTimestamp = metav1.NewTime(t0.Add(time.Second))
-	wy := newWorker(d, younger)
-	d.workers[younger.UID] = wy
-
-	// The younger pod's worker runs first: it waits for the older pod.
-	if got := wy.admit(context.Background(), younger, nil); got != undecided {
-		t.Fatalf("younger pod judged before an older waiting one: %v", got)
-	}
-	select { // no wake-up pending yet
-	case <-wy.wake:
-	default:
-	}
-	if got := h.w.admit(context.Background(), older, nil); got != admitted {
-		t.Fatalf("older pod: %v", got)
-	}
-	select {
-	case <-wy.wake:
-	default:
-		t.Error("the waiting younger pod was not woken once the older was judged")
-	}
-	if got := wy.admit(context.Background(), younger, nil); got != rejected {
-		t.Errorf("younger pod: %v, want rejected for the older one's cpu", got)
-	}
-
-	// A deleted older pod holds nobody up.
-	third := basePod(withCPU("100m"))
-	third.UID, third.CreationTimestamp = "uid-3", metav1.NewTime(t0.Add(2*time.Second))
-	gone := basePod(withCPU("100m"))
-	gone.UID, gone.CreationTimestamp = "uid-0", metav1.NewTime(t0.Add(-time.Second))
+	// The younger pod arrives first; both wait for one admission round.
+	h.d.UpsertPod(younger)
+	h.d.UpsertPod(older)
+	// A deleted pod, older still, is not judged and holds nobody up.
+	gone := named("uid-0", "gone", t0.Add(-time.Second), withCPU("1"))
 	now := metav1.Now()
 	gone.DeletionTimestamp = &now
-	d.workers[gone.UID] = newWorker(d, gone)
-	if got := newWorker(d, third).admit(context.Background(), third, nil); got == undecided {
-		t.Error("a deleted older pod held up admission")
+	h.d.UpsertPod(gone)
+	h.d.admitPending(context.Background())
+
+	h.d.mu.Lock()
+	defer h.d.mu.Unlock()
+	wo, wy, wg := h.d.workers[older.UID], h.d.workers[younger.UID], h.d.workers[gone.UID]
+	if wo == nil || wo.ended.Load() {
+		t.Fatal("the older pod was not admitted")
+	}
+	if wy == nil || !wy.ended.Load() || wy.state.end.reason != "OutOfcpu" {
+		t.Fatal("the younger pod was not rejected for the older one's cpu")
+	}
+	if wg == nil || wg.state.end.rejected {
+		t.Error("a deleted pod was judged instead of being handed to its worker to end")
+	}
+	if len(h.d.pending) != 0 {
+		t.Errorf("%d pods still pending", len(h.d.pending))
 	}
 }

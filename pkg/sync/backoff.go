@@ -1,9 +1,8 @@
 package sync
 
 import (
+	"maps"
 	"time"
-
-	"k8s.io/utils/clock"
 )
 
 // The kubelet's back-off for restarting crashed containers and for
@@ -15,64 +14,68 @@ const (
 	backoffResetAfter = 10 * time.Minute
 )
 
-// backoff tracks restart delays per key. It belongs to one worker and is
-// never shared, so it needs no lock.
-type backoff struct {
-	clock   clock.PassiveClock
-	max     time.Duration
-	entries map[string]*backoffEntry
-}
+// backoffs are restart or pull delays by key (a container, an image). They
+// are values: decide reads them, advance replaces them; nothing changes
+// one in place, so a copy handed to the decision never moves under it.
+type backoffs map[string]backoffEntry
 
 type backoffEntry struct {
 	delay time.Duration
 	last  time.Time // when the delay was last extended
 }
 
-// newBackoff builds a back-off capped at max (backoffMax when zero).
-func newBackoff(c clock.PassiveClock, max time.Duration) *backoff {
-	if max <= 0 {
-		max = backoffMax
-	}
-	return &backoff{clock: c, max: max, entries: map[string]*backoffEntry{}}
-}
-
-// remaining returns how long to wait, counted from since (a container's
-// finish time or a pull's failure), before trying key again. A container
-// that ran longer than backoffResetAfter starts over.
-func (b *backoff) remaining(key string, since time.Time, ranFor time.Duration) time.Duration {
-	e, ok := b.entries[key]
-	if !ok {
+// remaining returns how long to wait at now, counted from since (a
+// container's finish time or a pull's failure), before trying key again.
+// A container that ran for backoffResetAfter or longer has earned a fresh
+// start and waits for nothing.
+func (b backoffs) remaining(key string, since time.Time, ranFor time.Duration, now time.Time) time.Duration {
+	e, ok := b[key]
+	if !ok || ranFor >= backoffResetAfter {
 		return 0
 	}
-	if ranFor >= backoffResetAfter {
-		delete(b.entries, key)
-		return 0
-	}
-	if wait := since.Add(e.delay).Sub(b.clock.Now()); wait > 0 {
-		return wait
-	}
-	return 0
+	return max(since.Add(e.delay).Sub(now), 0)
 }
 
 // delay is the current delay of key (zero when none).
-func (b *backoff) delay(key string) time.Duration {
-	if e, ok := b.entries[key]; ok {
-		return e.delay
+func (b backoffs) delay(key string) time.Duration { return b[key].delay }
+
+// next records a retry of key at now and returns the new back-offs: the
+// first retry (or the first after a reset) is immediate and sets the
+// initial delay for the one after; each further retry doubles it, up to
+// limit (backoffMax when zero).
+func (b backoffs) next(key string, now time.Time, limit time.Duration, reset bool) backoffs {
+	if limit <= 0 {
+		limit = backoffMax
 	}
-	return 0
+	out := maps.Clone(b)
+	if out == nil {
+		out = backoffs{}
+	}
+	e, ok := out[key]
+	if !ok || reset {
+		out[key] = backoffEntry{delay: min(backoffInitial, limit), last: now}
+		return out
+	}
+	out[key] = backoffEntry{delay: min(2*e.delay, limit), last: now}
+	return out
 }
 
-// next records a retry of key: the first retry is immediate and sets the
-// initial delay for the one after; each further retry doubles it.
-func (b *backoff) next(key string) {
-	e, ok := b.entries[key]
+// without forgets key.
+func (b backoffs) without(key string) backoffs {
+	if _, ok := b[key]; !ok {
+		return b
+	}
+	out := maps.Clone(b)
+	delete(out, key)
+	return out
+}
+
+// pullRemaining is how long a pull of the image keyed key still waits
+// after its last failure.
+func (b backoffs) pullRemaining(key string, now time.Time) time.Duration {
+	e, ok := b[key]
 	if !ok {
-		b.entries[key] = &backoffEntry{delay: min(backoffInitial, b.max), last: b.clock.Now()}
-		return
+		return 0
 	}
-	e.delay = min(2*e.delay, b.max)
-	e.last = b.clock.Now()
+	return b.remaining(key, e.last, 0, now)
 }
-
-// reset forgets key.
-func (b *backoff) reset(key string) { delete(b.entries, key) }

@@ -55,10 +55,10 @@ func TestWorkerPodCgroup(t *testing.T) {
 	pod := basePod(withPolicy(v1.RestartPolicyNever))
 	h := newHarness(t, pod)
 	cg := &fakeCgroups{removeErr: 1}
-	h.w.d.cfg.Cgroups = cg
+	h.w.deps.cgroups = cg
 
-	rec := &sandboxRecorder{Runtime: h.w.d.cfg.Runtime}
-	h.w.d.cfg.Runtime = rec
+	rec := &sandboxRecorder{Runtime: h.w.deps.runtime}
+	h.w.deps.runtime = rec
 
 	h.sync(pod, false)
 	if len(cg.ensured) == 0 {
@@ -75,16 +75,15 @@ func TestWorkerPodCgroup(t *testing.T) {
 	}
 	h.exit("a", 0)
 	h.exit("b", 0)
-	h.sync(pod, false) // the pod ends: everything is stopped
+	h.sync(pod, false) // the pod ends: everything is stopped; the first removal finds the cgroup busy
 	if h.status.final == nil {
 		t.Fatal("no final status")
 	}
-	ended := pod.DeepCopy()
-	ended.Status.Phase = h.status.final.Phase
-	h.sync(ended, false) // the first removal finds it busy
 	if len(cg.removed) != 0 {
 		t.Fatalf("removed = %v after a busy removal", cg.removed)
 	}
+	ended := pod.DeepCopy()
+	ended.Status.Phase = h.status.final.Phase
 	h.sync(ended, false)
 	if len(cg.removed) != 1 {
 		t.Fatalf("the cgroup of an ended pod was not removed: %v", cg.removed)
@@ -103,7 +102,7 @@ func TestWorkerRemovesCgroupOfDeletedPodAfterSandbox(t *testing.T) {
 	pod := basePod()
 	h := newHarness(t, pod)
 	cg := &fakeCgroups{}
-	h.w.d.cfg.Cgroups = cg
+	h.w.deps.cgroups = cg
 	h.sync(pod, false)
 	deleted := pod.DeepCopy()
 	now := metav1.Now()
@@ -122,9 +121,10 @@ func TestContainerConfigCarriesResources(t *testing.T) {
 	pod.Spec.Containers[0].Resources = v1.ResourceRequirements{
 		Limits: v1.ResourceList{v1.ResourceMemory: mustQuantity("64Mi"), v1.ResourceCPU: mustQuantity("200m")}}
 	h := newHarness(t, pod)
-	h.w.d.cfg.Resources.CPUCFSQuota = true
-	h.w.d.cfg.Resources.MemoryCapacity = 1 << 30
-	in, err := h.w.containerInputs(context.Background(), pod, &pod.Spec.Containers[0], false, "img", 0, &runtimeapi.PodSandboxConfig{})
+	h.w.settings.resources.CPUCFSQuota = true
+	h.w.settings.resources.MemoryCapacity = 1 << 30
+	p := &pass{w: h.w, pod: pod, sandboxCfg: &runtimeapi.PodSandboxConfig{}}
+	in, err := p.containerInputs(context.Background(), &pod.Spec.Containers[0], false, "img", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,12 +27,12 @@ const (
 // host-network pod has the node's.
 func (w *Worker) sandboxIPs(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus, sandboxID string) []string {
 	if pod.Spec.HostNetwork {
-		return w.d.cfg.NodeIPs
+		return w.settings.nodeIPs
 	}
 	if sb := observed.LatestSandbox(); sb != nil && sb.ID == sandboxID && len(sb.IPs) > 0 {
 		return sb.IPs
 	}
-	resp, err := w.d.cfg.Runtime.PodSandboxStatus(ctx, sandboxID, false)
+	resp, err := w.deps.runtime.PodSandboxStatus(ctx, sandboxID, false)
 	if err != nil {
 		klog.FromContext(ctx).Info("Reading the sandbox's addresses failed", "sandboxID", sandboxID, "err", err.Error())
 		return nil
@@ -44,18 +44,19 @@ func (w *Worker) sandboxIPs(ctx context.Context, pod *v1.Pod, observed *runtime.
 // unless the container mounts its own there or the pod has no address
 // yet. The file is rewritten for every container, so that it follows
 // the pod's current sandbox.
-func (w *Worker) etcHostsMount(pod *v1.Pod, c *v1.Container) ([]*runtimeapi.Mount, error) {
-	if len(w.podIPs) == 0 || runtime.MountsEtcHosts(c) {
+func (p *pass) etcHostsMount(c *v1.Container) ([]*runtimeapi.Mount, error) {
+	w, pod := p.w, p.pod
+	if len(p.podIPs) == 0 || runtime.MountsEtcHosts(c) {
 		return nil, nil
 	}
 	var node []byte
 	if pod.Spec.HostNetwork {
 		var err error
-		if node, err = os.ReadFile(w.d.cfg.HostsFile); err != nil {
+		if node, err = os.ReadFile(w.settings.hostsFile); err != nil {
 			return nil, fmt.Errorf("read the node's hosts file: %w", err)
 		}
 	}
-	content := runtime.HostsFile(pod, w.podIPs, w.d.cfg.PodOptions.DNS.ClusterDomain, node)
+	content := runtime.HostsFile(pod, p.podIPs, w.settings.podOptions.DNS.ClusterDomain, node)
 	path := filepath.Join(w.podDir(pod), podFileEtcHosts)
 	if err := os.WriteFile(path, content, etcHostsMode); err != nil {
 		return nil, fmt.Errorf("write the pod's hosts file: %w", err)

@@ -17,22 +17,23 @@ import (
 // container's CreateContainerConfigError (a missing configMap key, a
 // root image under runAsNonRoot, a volume that is not mounted): the
 // container is not created and the message says what is missing.
-func (w *Worker) containerInputs(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, image string, restartCount int32, sandboxCfg *runtimeapi.PodSandboxConfig) (runtime.ContainerInputs, error) {
+func (p *pass) containerInputs(ctx context.Context, c *v1.Container, init bool, image string, restartCount int32) (runtime.ContainerInputs, error) {
+	w, pod := p.w, p.pod
 	in := runtime.ContainerInputs{Init: init, Image: image, RestartCount: restartCount}
 	env, err := runtime.ResolveEnv(ctx, pod, c, runtime.EnvInputs{
-		Source:      w.d.cfg.Env,
-		PodIPs:      w.podIPs,
-		HostIPs:     w.d.cfg.NodeIPs,
+		Source:      w.deps.env,
+		PodIPs:      p.podIPs,
+		HostIPs:     w.settings.nodeIPs,
 		Allocatable: w.allocatable(c),
 		Warn: func(reason, msg string) {
-			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, reason, msg)
+			w.deps.events.Eventf(pod, v1.EventTypeWarning, reason, msg)
 		},
 	})
 	if err != nil {
 		return in, err
 	}
 	in.Env = env.Vars
-	in.Resources = qos.ContainerResources(pod, c, w.d.cfg.Resources)
+	in.Resources = qos.ContainerResources(pod, c, w.settings.resources)
 	vars := env.Map()
 	in.Command, in.Args = runtime.ExpandCommand(c.Command, vars), runtime.ExpandCommand(c.Args, vars)
 
@@ -43,17 +44,17 @@ func (w *Worker) containerInputs(ctx context.Context, pod *v1.Pod, c *v1.Contain
 	if err := runtime.VerifyRunAsNonRoot(pod, c, user); err != nil {
 		return in, err
 	}
-	if in.Security, err = runtime.ContainerSecurity(pod, c, w.d.cfg.PodOptions.Security, user); err != nil {
+	if in.Security, err = runtime.ContainerSecurity(pod, c, w.settings.podOptions.Security, user); err != nil {
 		return in, err
 	}
 
-	mounts, err := w.volumeMounts(ctx, pod, c, vars)
+	mounts, err := p.volumeMounts(ctx, c, vars)
 	if err != nil {
 		return in, err
 	}
 	in.Mounts = append(in.Mounts, mounts...)
 
-	hosts, err := w.etcHostsMount(pod, c)
+	hosts, err := p.etcHostsMount(c)
 	if err != nil {
 		return in, err
 	}
@@ -64,7 +65,7 @@ func (w *Worker) containerInputs(ctx context.Context, pod *v1.Pod, c *v1.Contain
 
 // imageUser reads the user the container's image runs as.
 func (w *Worker) imageUser(ctx context.Context, image string) (runtime.ImageUser, error) {
-	resp, err := w.d.cfg.Images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: image}, false)
+	resp, err := w.deps.images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: image}, false)
 	if err != nil {
 		return runtime.ImageUser{}, fmt.Errorf("read the user of image %q: %w", image, err)
 	}
@@ -74,12 +75,12 @@ func (w *Worker) imageUser(ctx context.Context, image string) (runtime.ImageUser
 // allocatable is the node's allocatable resources when the container has
 // a downward API resource value to resolve.
 func (w *Worker) allocatable(c *v1.Container) v1.ResourceList {
-	if w.d.cfg.Allocatable == nil {
+	if w.deps.allocatable == nil {
 		return nil
 	}
 	for _, e := range c.Env {
 		if e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
-			return w.d.cfg.Allocatable()
+			return w.deps.allocatable()
 		}
 	}
 	return nil

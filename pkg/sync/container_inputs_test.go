@@ -59,7 +59,7 @@ func (f *fakeEnv) ListServices(context.Context, string) ([]*v1.Service, error) {
 func withInputs(h *harness) (*recordingRuntime, *fakeEnv) {
 	rec := &recordingRuntime{FakeRuntimeService: h.rt, configs: map[string]*runtimeapi.ContainerConfig{}}
 	env := &fakeEnv{configMaps: map[string]*v1.ConfigMap{}}
-	h.w.d.cfg.Runtime, h.w.d.cfg.Env = rec, env
+	h.w.deps.runtime, h.w.deps.env = rec, env
 	return rec, env
 }
 

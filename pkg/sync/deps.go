@@ -9,8 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
+	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 )
@@ -90,3 +92,60 @@ type Admitter interface {
 // NodeGetter returns the node as pods are admitted against: labels,
 // taints and allocatable.
 type NodeGetter func(ctx context.Context) (*v1.Node, error)
+
+// deps are the components a worker acts through, handed to every worker
+// by the Dispatcher; all are set (NewDispatcher fills the optional ones
+// with no-ops), except cgroups, env and allocatable.
+type deps struct {
+	runtime     Runtime
+	images      Images
+	cache       PodCache
+	relister    Relister
+	status      StatusWriter
+	events      Recorder
+	secrets     SecretGetter
+	volumes     Volumes
+	env         runtime.EnvSource
+	allocatable func() v1.ResourceList
+	cgroups     PodCgroups
+	probes      Prober
+	hooks       HookRunner
+	clock       clock.WithTicker
+	metrics     Metrics
+	pulls       *pullSlots
+}
+
+// settings are the node's settings every worker reads; see Config.
+type settings struct {
+	podOptions                               runtime.PodOptions
+	resources                                qos.NodeOptions
+	runtimeHandler, rootDir                  string
+	nodeIPs                                  []string
+	runtimeName, hostsFile                   string
+	resync, volumeRefresh, maxRestartBackoff time.Duration
+}
+
+// pullSlots bound how many image pulls run at once across all pods.
+type pullSlots struct {
+	tokens chan struct{} // one per running pull; nil: no limit
+}
+
+func newPullSlots(n int) *pullSlots {
+	if n <= 0 {
+		return &pullSlots{}
+	}
+	return &pullSlots{tokens: make(chan struct{}, n)}
+}
+
+// slot waits for a turn to pull an image and returns its release.
+func (s *pullSlots) slot(ctx context.Context) (func(), error) {
+	if s == nil || s.tokens == nil {
+		return func() {}, nil
+	}
+	select {
+	case s.tokens <- struct{}{}:
+		return func() { <-s.tokens }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

@@ -97,21 +97,23 @@ type Config struct {
 	Metrics Metrics
 }
 
-// Dispatcher hands pod updates to one Worker per pod UID and starts and
-// reaps the workers.
+// Dispatcher admits pods, hands pod updates to one Worker per pod UID,
+// and starts and reaps the workers.
 type Dispatcher struct {
-	cfg Config
-
-	pulls chan struct{} // one token per running pull; nil: no limit
+	cfg      Config
+	deps     *deps
+	settings *settings
 
 	mu      gosync.Mutex
 	ctx     context.Context // set by Run; nil before
 	workers map[types.UID]*Worker
 	wg      gosync.WaitGroup
 
-	// admitMu makes admissions one at a time, each counting the pods
-	// admitted before it.
-	admitMu gosync.Mutex
+	// pending are the pods waiting for admission, judged one at a time in
+	// the order they were created by the admission loop, which admitWake
+	// wakes.
+	pending   map[types.UID]*pendingPod
+	admitWake chan struct{}
 	// listed says whether every pod bound here is known (admission waits).
 	listed func() bool
 }
@@ -161,32 +163,35 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	if cfg.SourceSynced == nil {
 		cfg.SourceSynced = func() bool { return false }
 	}
-	d := &Dispatcher{cfg: cfg, workers: map[types.UID]*Worker{}, listed: listed}
-	if cfg.MaxParallelImagePulls > 0 {
-		d.pulls = make(chan struct{}, cfg.MaxParallelImagePulls)
+	d := &Dispatcher{
+		cfg: cfg, workers: map[types.UID]*Worker{}, listed: listed,
+		pending: map[types.UID]*pendingPod{}, admitWake: make(chan struct{}, 1),
+		deps: &deps{
+			runtime: cfg.Runtime, images: cfg.Images, cache: cfg.Cache, relister: cfg.Relister,
+			status: cfg.Status, events: cfg.Recorder, secrets: cfg.Secrets, volumes: cfg.Volumes,
+			env: cfg.Env, allocatable: cfg.Allocatable, cgroups: cfg.Cgroups, probes: cfg.Probes,
+			hooks: cfg.Hooks, clock: cfg.Clock, metrics: cfg.Metrics, pulls: newPullSlots(cfg.MaxParallelImagePulls),
+		},
+		settings: &settings{
+			podOptions: cfg.PodOptions, resources: cfg.Resources, runtimeHandler: cfg.RuntimeHandler,
+			rootDir: cfg.RootDir, nodeIPs: cfg.NodeIPs, runtimeName: cfg.RuntimeName, hostsFile: cfg.HostsFile,
+			resync: cfg.ResyncPeriod, volumeRefresh: cfg.VolumeRefreshPeriod, maxRestartBackoff: cfg.MaxRestartBackoff,
+		},
 	}
 	return d, nil
-}
-
-// pullSlot waits for a turn to pull an image and returns its release.
-func (d *Dispatcher) pullSlot(ctx context.Context) (func(), error) {
-	if d.pulls == nil {
-		return func() {}, nil
-	}
-	select {
-	case d.pulls <- struct{}{}:
-		return func() { <-d.pulls }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 type noRelist struct{}
 
 func (noRelist) RelistSoon() {}
 
-// UpsertPod hands a pod's latest spec to its worker, starting one if
-// needed. It never blocks.
+// newWorker builds the worker of one pod.
+func (d *Dispatcher) newWorker(pod *v1.Pod) *Worker {
+	return newWorker(d.deps, d.settings, pod)
+}
+
+// UpsertPod hands a pod's latest spec to its worker, or to admission when
+// it has none yet. It never blocks.
 func (d *Dispatcher) UpsertPod(pod *v1.Pod) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -194,10 +199,12 @@ func (d *Dispatcher) UpsertPod(pod *v1.Pod) {
 		w.update(pod, false)
 		return
 	}
-	d.startLocked(newWorker(d, pod))
+	d.queueLocked(pod)
 }
 
 // RemovePod tells the pod's worker that the pod is gone from the source.
+// A pod never admitted has nothing to remove; one the agent knows nothing
+// of gets a worker that removes whatever the runtime holds of it.
 func (d *Dispatcher) RemovePod(pod *v1.Pod) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -205,7 +212,11 @@ func (d *Dispatcher) RemovePod(pod *v1.Pod) {
 		w.update(nil, true)
 		return
 	}
-	w := newWorker(d, pod)
+	if _, ok := d.pending[pod.UID]; ok {
+		delete(d.pending, pod.UID)
+		return
+	}
+	w := d.newWorker(pod)
 	w.removed = true
 	d.startLocked(w)
 }
@@ -220,11 +231,11 @@ func (d *Dispatcher) Wake(ref runtime.PodRef) {
 		w.poke()
 		return
 	}
-	if !d.cfg.SourceSynced() || d.ctx == nil {
+	if _, ok := d.pending[ref.UID]; ok || !d.cfg.SourceSynced() || d.ctx == nil {
 		return
 	}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: ref.Namespace, UID: ref.UID}}
-	w := newWorker(d, pod)
+	w := d.newWorker(pod)
 	w.removed = true
 	klog.FromContext(d.ctx).Info("Removing a pod the apiserver no longer has", "pod", klog.KObj(pod), "podUID", ref.UID)
 	d.startLocked(w)
@@ -261,8 +272,9 @@ func (d *Dispatcher) launchLocked(w *Worker) {
 	}()
 }
 
-// Run starts the workers, looks for orphans now and then, and returns
-// once ctx ends and every worker has stopped. Pods keep running.
+// Run starts the workers and the admission of new pods, looks for
+// orphans now and then, and returns once ctx ends and every worker has
+// stopped. Pods keep running.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.mu.Lock()
 	d.ctx = ctx
@@ -270,6 +282,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.launchLocked(w)
 	}
 	d.mu.Unlock()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.admitLoop(ctx)
+	}()
 	t := d.cfg.Clock.NewTicker(time.Second)
 	defer t.Stop()
 	var lastScan time.Time

@@ -13,16 +13,6 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
 
-// imageVolumePulls is what the pod's image volumes (spec.volumes[].image)
-// came to in this pass: the image each one mounts, or why it is not there.
-type imageVolumePulls struct {
-	pulled bool // this pass has pulled them
-	byName map[string]imageVolume
-	// shown is the failure each volume last showed, kept across passes:
-	// the ImagePullBackOff message repeats the ErrImagePull one.
-	shown map[string]status.Waiting
-}
-
 // imageVolume is one image volume's pull: spec is what containers mount,
 // nil when fail says why it is not there.
 type imageVolume struct {
@@ -30,38 +20,42 @@ type imageVolume struct {
 	fail *imageFailure
 }
 
-// pullImageVolumes makes the pod's image volumes present, once a pass and
-// only once a container is about to start, as the kubelet pulls them
-// before it starts any: each with its own pull policy, the pod's pull
-// secrets and the pod's pull back-off, events going to the pod. A
-// failure holds back only the containers that mount that volume.
-func (w *Worker) pullImageVolumes(ctx context.Context, pod *v1.Pod, sandboxCfg *runtimeapi.PodSandboxConfig) map[string]imageVolume {
-	iv := &w.imageVolumes
-	if iv.pulled {
-		return iv.byName
+// pullImageVolumes makes the pod's image volumes (spec.volumes[].image)
+// present, once a pass and only once a container is about to start, as
+// the kubelet pulls them before it starts any: each with its own pull
+// policy, the pod's pull secrets and the pod's pull back-off, events
+// going to the pod. A failure holds back only the containers that mount
+// that volume.
+func (p *pass) pullImageVolumes(ctx context.Context) map[string]imageVolume {
+	if p.imageVolumes != nil {
+		return p.imageVolumes
 	}
-	iv.pulled, iv.byName = true, map[string]imageVolume{}
-	if iv.shown == nil {
-		iv.shown = map[string]status.Waiting{}
+	w := p.w
+	p.imageVolumes = map[string]imageVolume{}
+	if w.imageVolumesShown == nil {
+		w.imageVolumesShown = map[string]status.Waiting{}
 	}
-	for _, vol := range pod.Spec.Volumes {
+	for _, vol := range p.pod.Spec.Volumes {
 		if vol.Image == nil {
 			continue
 		}
-		image, fail := w.pullImage(ctx, pod, imageRequest{
-			image: vol.Image.Reference, policy: vol.Image.PullPolicy, about: pod,
-			step: "pullImageVolume:" + vol.Name, prev: iv.shown[vol.Name],
-		}, sandboxCfg)
+		image, fail := p.pullImage(ctx, imageRequest{
+			image: vol.Image.Reference, policy: vol.Image.PullPolicy, about: p.pod,
+			step: "pullImageVolume:" + vol.Name, prev: w.imageVolumesShown[vol.Name],
+		})
 		if fail != nil {
-			iv.byName[vol.Name], iv.shown[vol.Name] = imageVolume{fail: fail}, fail.waiting
+			p.imageVolumes[vol.Name] = imageVolume{fail: fail}
+			if ctx.Err() == nil {
+				w.imageVolumesShown[vol.Name] = fail.waiting
+			}
 			continue
 		}
-		delete(iv.shown, vol.Name)
-		iv.byName[vol.Name] = imageVolume{spec: &runtimeapi.ImageSpec{
-			Image: image, UserSpecifiedImage: vol.Image.Reference, Annotations: pod.Annotations,
+		delete(w.imageVolumesShown, vol.Name)
+		p.imageVolumes[vol.Name] = imageVolume{spec: &runtimeapi.ImageSpec{
+			Image: image, UserSpecifiedImage: vol.Image.Reference, Annotations: p.pod.Annotations,
 		}}
 	}
-	return iv.byName
+	return p.imageVolumes
 }
 
 // imageVolumesFailure pulls the pod's image volumes if this pass has not
@@ -70,16 +64,16 @@ func (w *Worker) pullImageVolumes(ctx context.Context, pod *v1.Pod, sandboxCfg *
 // are. The container then waits with the failure's reason (the last
 // failing volume's, as on a kubelet node) and gets a Failed event per
 // failing volume.
-func (w *Worker) imageVolumesFailure(ctx context.Context, pod *v1.Pod, c *v1.Container, ref *v1.ObjectReference, sandboxCfg *runtimeapi.PodSandboxConfig) *imageFailure {
-	if !hasImageVolume(pod) {
+func (p *pass) imageVolumesFailure(ctx context.Context, c *v1.Container, ref *v1.ObjectReference) *imageFailure {
+	if !hasImageVolume(p.pod) {
 		return nil
 	}
-	pulls := w.pullImageVolumes(ctx, pod, sandboxCfg)
+	pulls := p.pullImageVolumes(ctx)
 	var last *imageFailure
 	for _, vm := range c.VolumeMounts {
 		if iv, ok := pulls[vm.Name]; ok && iv.fail != nil {
 			last = iv.fail
-			w.failContainer(c, ref, iv.fail)
+			p.failContainer(ctx, c, ref, iv.fail)
 		}
 	}
 	return last
@@ -144,14 +138,15 @@ type ImageVolumeMetrics interface {
 // was asked to create, as the kubelet does: each volume once as
 // requested, each of its mounts as mounted unless the runtime said that
 // an image volume mount failed.
-func (w *Worker) observeImageVolumes(pod *v1.Pod, c *v1.Container, createErr error) {
-	m, ok := w.d.cfg.Metrics.(ImageVolumeMetrics)
+func (p *pass) observeImageVolumes(c *v1.Container, createErr error) {
+	pod := p.pod
+	m, ok := p.w.deps.metrics.(ImageVolumeMetrics)
 	if !ok || !mountsImageVolume(pod, c) {
 		return
 	}
 	volumes := map[string]bool{}
 	for _, vm := range c.VolumeMounts {
-		if _, ok := w.imageVolumes.byName[vm.Name]; ok {
+		if _, ok := p.imageVolumes[vm.Name]; ok {
 			volumes[vm.Name] = true
 		}
 	}

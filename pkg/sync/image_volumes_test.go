@@ -144,7 +144,7 @@ func TestImageVolumePulledWithPodSecrets(t *testing.T) {
 		p.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "regcred"}}
 	})
 	h := newImageHarness(t, pod)
-	h.w.d.cfg.Secrets = secretOf{&v1.Secret{Type: v1.SecretTypeDockerConfigJson, Data: map[string][]byte{
+	h.w.deps.secrets = secretOf{&v1.Secret{Type: v1.SecretTypeDockerConfigJson, Data: map[string][]byte{
 		v1.DockerConfigJsonKey: []byte(`{"auths":{"registry.example":{"username":"u","password":"p"}}}`)}}}
 	h.sync(pod, false)
 	h.img.AssertImagePulledWithAuth(t, &runtimeapi.ImageSpec{Image: "registry.example/private:1", UserSpecifiedImage: "registry.example/private:1"},
@@ -183,7 +183,7 @@ func TestImageVolumeMetrics(t *testing.T) {
 	})
 	h := newImageHarness(t, pod)
 	m := &imageVolumeCounter{}
-	h.w.d.cfg.Metrics = m
+	h.w.deps.metrics = m
 	h.rt.InjectError("CreateContainer", fmt.Errorf("failed to create containerd container: %w: no space", crierrors.ErrImageVolumeMountFailed))
 	h.sync(pod, false)
 	if m.requested != 1 || m.mounted != 0 || m.failed != 2 {

@@ -32,27 +32,31 @@ const errImagePullShown = 2 * time.Second
 // ensureImage makes the container's image present according to its pull
 // policy and returns the reference to create the container from. On
 // failure the container's waiting reason and the events are set, and the
-// returned duration says when to try again.
-func (w *Worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, ref *v1.ObjectReference, sandboxCfg *runtimeapi.PodSandboxConfig) (string, time.Duration, error) {
+// pass asks to look again when the pull may be retried.
+func (p *pass) ensureImage(ctx context.Context, c *v1.Container, ref *v1.ObjectReference) (string, error) {
 	policy := c.ImagePullPolicy
 	if policy == "" {
 		policy = v1.PullIfNotPresent
 	}
-	image, fail := w.pullImage(ctx, pod, imageRequest{
-		image: c.Image, policy: policy, about: ref, step: "pullImage:" + c.Name, prev: w.waiting[c.Name],
-	}, sandboxCfg)
+	image, fail := p.pullImage(ctx, imageRequest{
+		image: c.Image, policy: policy, about: ref, step: "pullImage:" + c.Name, prev: p.waiting(c.Name),
+	})
 	if fail != nil {
-		w.failContainer(c, ref, fail)
-		return "", fail.retry, fail.err
+		p.failContainer(ctx, c, ref, fail)
+		return "", fail.err
 	}
-	return image, 0, nil
+	return image, nil
 }
 
 // failContainer holds a container back for an image that is not there:
 // its waiting reason, and the kubelet's "Error: <reason>" event on it.
-func (w *Worker) failContainer(c *v1.Container, ref *v1.ObjectReference, fail *imageFailure) {
-	w.waiting[c.Name] = fail.waiting
-	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %s", fail.waiting.Reason)
+func (p *pass) failContainer(ctx context.Context, c *v1.Container, ref *v1.ObjectReference, fail *imageFailure) {
+	p.wait(fail.retry)
+	if ctx.Err() != nil {
+		return // abandoned for the pod's deletion
+	}
+	p.setWaiting(c.Name, &fail.waiting)
+	p.w.deps.events.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %s", fail.waiting.Reason)
 }
 
 // imageRequest is one image a pod needs present: a container's, or an
@@ -76,19 +80,21 @@ type imageFailure struct {
 }
 
 // pullImage makes an image present according to its pull policy, with the
-// pod's pull secrets and the pod's pull back-off, and returns the
-// reference the runtime knows it by. The Pulling, Pulled, BackOff and
-// Failed events go to req.about.
-func (w *Worker) pullImage(ctx context.Context, pod *v1.Pod, req imageRequest, sandboxCfg *runtimeapi.PodSandboxConfig) (string, *imageFailure) {
-	about := req.about
+// pod's pull secrets, unless the step holds its pull back (the pull
+// back-off), and returns the reference the runtime knows it by. The
+// Pulling, Pulled, BackOff and Failed events go to req.about; the pull's
+// success or failure goes to the outcome, for the back-off.
+func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageFailure) {
+	w, about := p.w, req.about
+	events := w.deps.events
 	fail := func(reason, msg string, err error, retry time.Duration) (string, *imageFailure) {
 		return "", &imageFailure{waiting: status.Waiting{Reason: reason, Message: msg}, err: err, retry: retry}
 	}
 	image, registry, err := runtime.ParseImage(req.image)
 	if err != nil {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", req.image, err)
-		w.d.cfg.Recorder.Eventf(about, v1.EventTypeWarning, reasonInvalidImageName, msg)
-		return fail(reasonInvalidImageName, msg, err, w.d.cfg.ResyncPeriod)
+		events.Eventf(about, v1.EventTypeWarning, reasonInvalidImageName, msg)
+		return fail(reasonInvalidImageName, msg, err, w.settings.resync)
 	}
 	policy := req.policy
 	if policy == "" {
@@ -96,25 +102,24 @@ func (w *Worker) pullImage(ctx context.Context, pod *v1.Pod, req imageRequest, s
 	}
 	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: req.image}
 	if policy != v1.PullAlways {
-		resp, err := w.d.cfg.Images.ImageStatus(ctx, spec, false)
+		resp, err := w.deps.images.ImageStatus(ctx, spec, false)
 		if err != nil {
 			return fail(reasonErrImagePull, err.Error(), err, time.Second)
 		}
 		if img := resp.GetImage(); img != nil {
-			w.d.cfg.Recorder.Eventf(about, v1.EventTypeNormal, eventPulled, "Container image %q already present on machine and can be accessed by the pod", req.image)
+			events.Eventf(about, v1.EventTypeNormal, eventPulled, "Container image %q already present on machine and can be accessed by the pod", req.image)
 			return imageRef(img, image), nil
 		}
 		if policy == v1.PullNever {
 			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", req.image)
-			w.d.cfg.Recorder.Eventf(about, v1.EventTypeWarning, reasonErrImageNeverPull, msg)
-			return fail(reasonErrImageNeverPull, msg, runtime.ErrImageNeverPull, w.d.cfg.ResyncPeriod)
+			events.Eventf(about, v1.EventTypeWarning, reasonErrImageNeverPull, msg)
+			return fail(reasonErrImageNeverPull, msg, runtime.ErrImageNeverPull, w.settings.resync)
 		}
 	}
 
-	key := "image/" + req.image
-	if wait := w.pulls.remaining(key, w.pulls.entries[key].lastOrZero(), 0); wait > 0 {
+	if wait := p.step.pullsHeld[req.image]; wait > 0 {
 		msg := fmt.Sprintf("Back-off pulling image %q", req.image)
-		w.d.cfg.Recorder.Eventf(about, v1.EventTypeNormal, eventBackOff, msg)
+		events.Eventf(about, v1.EventTypeNormal, eventBackOff, msg)
 		switch req.prev.Reason {
 		case reasonErrImagePull:
 			msg = fmt.Sprintf("%s: %s", msg, req.prev.Message)
@@ -124,34 +129,38 @@ func (w *Worker) pullImage(ctx context.Context, pod *v1.Pod, req imageRequest, s
 		return fail(reasonImagePullBackOff, msg, runtime.ErrImagePullBack, wait)
 	}
 
-	auths, err := w.pullAuths(ctx, pod, registry)
+	auths, err := w.pullAuths(ctx, p.pod, registry)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Reading image pull secrets failed", "err", err.Error())
 	}
 	var imageID string
-	start := w.d.cfg.Clock.Now()
-	w.d.cfg.Recorder.Eventf(about, v1.EventTypeNormal, eventPulling, "Pulling image %q", req.image)
+	start := w.deps.clock.Now()
+	events.Eventf(about, v1.EventTypeNormal, eventPulling, "Pulling image %q", req.image)
 	var pulling time.Time
-	err = w.step(ctx, req.step, func() error {
-		release, err := w.d.pullSlot(ctx)
+	err = w.timed(ctx, req.step, func() error {
+		release, err := w.deps.pulls.slot(ctx)
 		if err != nil {
 			return err
 		}
 		defer release()
-		pulling = w.d.cfg.Clock.Now()
-		imageID, err = pullWithAuths(ctx, w.d.cfg.Images, spec, auths, sandboxCfg)
+		pulling = w.deps.clock.Now()
+		imageID, err = pullWithAuths(ctx, w.deps.images, spec, auths, p.sandboxCfg)
 		return err
 	})
-	w.start.pulled(start, w.d.cfg.Clock.Now())
+	w.start.pulled(start, w.deps.clock.Now())
 	if err != nil {
-		w.pulls.next(key)
+		if ctx.Err() != nil {
+			// Abandoned for the pod's deletion: not the image's fault.
+			return fail(reasonErrImagePull, ctx.Err().Error(), ctx.Err(), time.Second)
+		}
+		p.out.pullsFailed = append(p.out.pullsFailed, pullKey(req.image))
 		msg := fmt.Sprintf("ErrImagePull: %v", err)
-		w.d.cfg.Recorder.Eventf(about, v1.EventTypeWarning, eventFailed, "Failed to pull image %q: %v", req.image, err)
+		events.Eventf(about, v1.EventTypeWarning, eventFailed, "Failed to pull image %q: %v", req.image, err)
 		return fail(reasonErrImagePull, msg, fmt.Errorf("%w: %w", runtime.ErrImagePull, err), errImagePullShown)
 	}
-	w.pulls.reset(key)
-	w.d.cfg.Recorder.Eventf(about, v1.EventTypeNormal, eventPulled, "Successfully pulled image %q in %v (%v including waiting)",
-		req.image, w.d.cfg.Clock.Since(pulling), w.d.cfg.Clock.Since(start))
+	p.out.pullsDone = append(p.out.pullsDone, pullKey(req.image))
+	events.Eventf(about, v1.EventTypeNormal, eventPulled, "Successfully pulled image %q in %v (%v including waiting)",
+		req.image, w.deps.clock.Since(pulling), w.deps.clock.Since(start))
 	if imageID == "" {
 		imageID = image
 	}
@@ -195,7 +204,7 @@ func (w *Worker) pullAuths(ctx context.Context, pod *v1.Pod, registry string) ([
 	var secrets []*v1.Secret
 	var errs []error
 	for _, ref := range pod.Spec.ImagePullSecrets {
-		s, err := w.d.cfg.Secrets.GetSecret(ctx, pod.Namespace, ref.Name)
+		s, err := w.deps.secrets.GetSecret(ctx, pod.Namespace, ref.Name)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("secret %s/%s: %w", pod.Namespace, ref.Name, err))
 			continue
@@ -212,11 +221,4 @@ func imageRef(img *runtimeapi.Image, name string) string {
 		return img.GetId()
 	}
 	return name
-}
-
-func (e *backoffEntry) lastOrZero() time.Time {
-	if e == nil {
-		return time.Time{}
-	}
-	return e.last
 }

@@ -111,7 +111,7 @@ func TestWorkerReportsPassesAndStart(t *testing.T) {
 	pod.CreationTimestamp = metav1.Now()
 	h := newHarness(t, pod)
 	m := &fakeMetrics{}
-	h.w.d.cfg.Metrics = m
+	h.w.deps.metrics = m
 
 	pass := func(p *v1.Pod, removed bool) string {
 		t.Helper()

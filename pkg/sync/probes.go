@@ -53,7 +53,7 @@ func (w *Worker) probeResults(observed *runtime.PodStatus) probeResults {
 	out := probeResults{}
 	for _, c := range observed.Containers {
 		if c.State == runtime.ContainerRunning {
-			if r := w.d.cfg.Probes.Results(c.ID); r != (probe.Results{}) {
+			if r := w.deps.probes.Results(c.ID); r != (probe.Results{}) {
 				out[c.ID] = r
 			}
 		}
@@ -63,7 +63,7 @@ func (w *Worker) probeResults(observed *runtime.PodStatus) probeResults {
 
 // statusProbes adapts the prober's verdicts for the status computation.
 func (w *Worker) statusProbes(id string) status.ProbeResults {
-	r := w.d.cfg.Probes.Results(id)
+	r := w.deps.probes.Results(id)
 	return status.ProbeResults{Started: r.Startup == probe.Success, Ready: r.Readiness == probe.Success}
 }
 
@@ -111,8 +111,8 @@ func (w *Worker) killForProbe(ctx context.Context, pod *v1.Pod, observed *runtim
 	if k.Grace != nil {
 		grace = *k.Grace
 	}
-	w.d.cfg.Recorder.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "%s", k.Message)
-	return w.step(ctx, "stopContainer:"+k.Name, func() error {
+	w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "%s", k.Message)
+	return w.timed(ctx, "stopContainer:"+k.Name, func() error {
 		return w.stopContainer(ctx, pod, spec, k.ID, podIP(pod, observed), grace)
 	})
 }
@@ -122,46 +122,47 @@ func (w *Worker) killForProbe(ctx context.Context, pod *v1.Pod, observed *runtim
 // is left of it (never less than minGracePeriod).
 func (w *Worker) stopContainer(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, ip string, grace int64) error {
 	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && grace > 0 {
-		start := w.d.cfg.Clock.Now()
+		start := w.deps.clock.Now()
 		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
 		t := probe.Target{Pod: pod, Container: spec, ContainerID: id, PodIP: ip}
-		msg, err := w.d.cfg.Hooks.RunHook(hctx, t, spec.Lifecycle.PreStop)
+		msg, err := w.deps.hooks.RunHook(hctx, t, spec.Lifecycle.PreStop)
 		cancel()
 		if err != nil {
 			klog.FromContext(ctx).V(1).Info("PreStop hook failed", "container", spec.Name, "err", err.Error())
-			w.d.cfg.Recorder.Eventf(containerRef(pod, spec, isInit(pod, spec)), v1.EventTypeWarning, eventFailedPreStopHook, "%s", msg)
+			w.deps.events.Eventf(containerRef(pod, spec, isInit(pod, spec)), v1.EventTypeWarning, eventFailedPreStopHook, "%s", msg)
 		}
-		grace -= int64(w.d.cfg.Clock.Since(start) / time.Second)
+		grace -= int64(w.deps.clock.Since(start) / time.Second)
 	}
-	return w.d.cfg.Runtime.StopContainer(ctx, id, max(grace, minGracePeriod))
+	return w.deps.runtime.StopContainer(ctx, id, max(grace, minGracePeriod))
 }
 
 // runPostStart runs the container's postStart hook, if any, right after
 // it started. A failed hook kills the container, which is then restarted
 // (or not) like any that exited; it reports the failure's message.
-func (w *Worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, id string) (string, bool) {
+func (p *pass) runPostStart(ctx context.Context, c *v1.Container, init bool, id string) (string, bool) {
+	w, pod := p.w, p.pod
 	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil {
 		return "", true
 	}
 	// The pass has read the sandbox's addresses before starting anything.
 	ip := pod.Status.PodIP
-	if len(w.podIPs) > 0 {
-		ip = w.podIPs[0]
+	if len(p.podIPs) > 0 {
+		ip = p.podIPs[0]
 	}
 	t := probe.Target{Pod: pod, Container: c, ContainerID: id, PodIP: ip}
 	var msg string
-	err := w.step(ctx, "postStart:"+c.Name, func() error {
+	err := w.timed(ctx, "postStart:"+c.Name, func() error {
 		var err error
-		msg, err = w.d.cfg.Hooks.RunHook(ctx, t, c.Lifecycle.PostStart)
+		msg, err = w.deps.hooks.RunHook(ctx, t, c.Lifecycle.PostStart)
 		return err
 	})
 	if err == nil {
 		return "", true
 	}
 	ref := containerRef(pod, c, init)
-	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailedPostStartHook, "%s", msg)
-	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventKilling, "%s", eventFailedPostStartHook)
-	if err := w.d.cfg.Runtime.StopContainer(ctx, id, gracePeriod(pod)); err != nil {
+	w.deps.events.Eventf(ref, v1.EventTypeWarning, eventFailedPostStartHook, "%s", msg)
+	w.deps.events.Eventf(ref, v1.EventTypeNormal, eventKilling, "%s", eventFailedPostStartHook)
+	if err := w.deps.runtime.StopContainer(ctx, id, gracePeriod(pod)); err != nil {
 		klog.FromContext(ctx).Error(err, "Stopping a container whose postStart hook failed", "container", c.Name)
 	}
 	return msg, false

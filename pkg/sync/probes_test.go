@@ -74,8 +74,8 @@ func (r loggingRuntime) StopContainer(ctx context.Context, id string, timeout in
 func withFakeProbes(h *harness) *fakeProbes {
 	var log []string
 	f := &fakeProbes{results: map[string]probe.Results{}, log: &log}
-	h.w.d.cfg.Probes, h.w.d.cfg.Hooks = f, f
-	h.w.d.cfg.Runtime = loggingRuntime{FakeRuntimeService: h.rt, mu: &f.mu, log: &log}
+	h.w.deps.probes, h.w.deps.hooks = f, f
+	h.w.deps.runtime = loggingRuntime{FakeRuntimeService: h.rt, mu: &f.mu, log: &log}
 	return f
 }
 

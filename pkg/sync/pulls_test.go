@@ -7,19 +7,19 @@ import (
 )
 
 func TestPullSlotsLimitParallelPulls(t *testing.T) {
-	d := &Dispatcher{pulls: make(chan struct{}, 2)}
+	d := newPullSlots(2)
 	ctx := context.Background()
-	r1, err := d.pullSlot(ctx)
+	r1, err := d.slot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := d.pullSlot(ctx)
+	r2, err := d.slot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
 	go func() {
-		r3, err := d.pullSlot(ctx)
+		r3, err := d.slot(ctx)
 		if err == nil {
 			r3()
 		}
@@ -37,18 +37,18 @@ func TestPullSlotsLimitParallelPulls(t *testing.T) {
 	r2()
 
 	// A pull waiting for its turn gives up with its context.
-	one := &Dispatcher{pulls: make(chan struct{}, 1)}
-	release, _ := one.pullSlot(ctx)
+	one := newPullSlots(1)
+	release, _ := one.slot(ctx)
 	defer release()
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := one.pullSlot(cctx); err == nil {
+	if _, err := one.slot(cctx); err == nil {
 		t.Error("a waiting pull ignored its cancelled context")
 	}
 	// No limit: never waits.
-	unlimited := &Dispatcher{}
+	unlimited := newPullSlots(0)
 	for range 10 {
-		if _, err := unlimited.pullSlot(cctx); err != nil {
+		if _, err := unlimited.slot(cctx); err != nil {
 			t.Fatal(err)
 		}
 	}

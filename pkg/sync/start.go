@@ -38,135 +38,179 @@ const (
 	podDirContainerData = "containers"
 )
 
-// syncPod is one pass of a running pod, in the order the kubelet's
-// SyncPod tells it: pod cgroup, pod directories, sandbox, then either the next init
-// container or the app containers, each with its image. It reports when
-// to look again and whether the pod has ended.
-func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) (time.Duration, bool) {
-	logger := klog.FromContext(ctx)
-	plan := computePodActions(pod, observed, w.probeResults(observed))
-	if plan.Done {
-		return 0, true
+// pass is one sync pass of a running pod: what it learns on the way (the
+// sandbox, its addresses, the image volumes) and what it comes to.
+type pass struct {
+	w          *Worker
+	pod        *v1.Pod
+	observed   *runtime.PodStatus
+	step       step
+	sandboxCfg *runtimeapi.PodSandboxConfig
+	// podIPs are the addresses of the pod's current sandbox, known once
+	// the sandbox exists (the node's for a host-network pod).
+	podIPs []string
+	// imageVolumes are the pod's image volumes as this pass pulled them,
+	// nil until a container is about to start.
+	imageVolumes map[string]imageVolume
+	// changed: this pass changed the runtime.
+	changed bool
+	out     outcome
+}
+
+// wait notes that the pass wants another look within d.
+func (p *pass) wait(d time.Duration) {
+	if d > 0 && (p.out.next <= 0 || d < p.out.next) {
+		p.out.next = d
 	}
-	next := w.d.cfg.ResyncPeriod
-	defer func() {
-		w.d.cfg.Probes.UpdatePod(pod, observed)
-		st := w.computeStatus(pod, observed, false)
-		w.start.observe(w.d.cfg.Metrics, pod, st, w.d.cfg.Clock.Now())
-		w.d.cfg.Status.Set(pod, st)
-	}()
-	// Whatever this pass does to the runtime, the next one must see all
+}
+
+// setWaiting records why a container waits (nil: it no longer does).
+func (p *pass) setWaiting(name string, w *status.Waiting) {
+	if p.out.waiting == nil {
+		p.out.waiting = map[string]*status.Waiting{}
+	}
+	p.out.waiting[name] = w
+}
+
+// waiting is why the container waits, as last recorded.
+func (p *pass) waiting(name string) status.Waiting {
+	if w, ok := p.out.waiting[name]; ok {
+		if w == nil {
+			return status.Waiting{}
+		}
+		return *w
+	}
+	return p.w.state.waiting[name]
+}
+
+// syncPod carries out one sync step, in the order the kubelet's SyncPod
+// tells it: pod cgroup, volumes, the kills of the plan, the sandbox, then
+// ephemeral containers, sidecars to restart, and either the next init
+// container or the app containers, each with its image. The pass runs
+// under a context that a deletion of the pod ends.
+func (w *Worker) syncPod(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus, s step) outcome {
+	ctx, done := w.passContext(ctx)
+	defer done()
+	p := &pass{w: w, pod: pod, observed: observed, step: s}
+	for _, h := range s.holds {
+		c, init := specContainer(pod, h.name, h.init)
+		if c != nil {
+			w.deps.events.Eventf(containerRef(pod, c, init), v1.EventTypeWarning, eventBackOff, "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
+		}
+	}
+	p.run(ctx)
+	// Whatever this pass did to the runtime, the next one must see all
 	// of it: a relist taken halfway (a container created, not yet
 	// started) would make it act twice.
-	w.changed = false
-	w.imageVolumes.pulled = false
-	defer func() {
-		if w.changed {
-			w.acted()
-		}
-	}()
+	if p.changed {
+		w.acted()
+	}
+	return p.out
+}
 
-	opts := w.d.cfg.PodOptions
-	if cg := w.d.cfg.Cgroups; cg != nil {
-		err := w.step(ctx, "podCgroup", func() error {
+func (p *pass) run(ctx context.Context) {
+	w, pod, plan := p.w, p.pod, p.step.plan
+	logger := klog.FromContext(ctx)
+	opts := w.settings.podOptions
+	if cg := w.deps.cgroups; cg != nil {
+		err := w.timed(ctx, "podCgroup", func() error {
 			parent, err := cg.EnsurePod(ctx, pod)
 			opts.CgroupParent = parent
 			return err
 		})
 		if err != nil {
-			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventCgroupFailed, "unable to ensure pod container exists: %v", err)
-			return time.Second, false
+			w.deps.events.Eventf(pod, v1.EventTypeWarning, eventCgroupFailed, "unable to ensure pod container exists: %v", err)
+			p.wait(time.Second)
+			return
 		}
 	}
 	// Volumes first: nothing of the pod is created until every one is set up.
 	wait, err := w.mountVolumes(ctx, pod)
+	p.wait(wait)
 	if err != nil {
-		return wait, false
+		return
 	}
-	next = min(next, wait)
 	if plan.KillPod {
-		if err := w.killPod(ctx, pod, observed, gracePeriod(pod)); err != nil {
+		p.changed = true
+		if err := w.killPod(ctx, pod, p.observed, gracePeriod(pod)); err != nil {
 			logger.Error(err, "Stopping the pod before recreating its sandbox failed")
-			return time.Second, false
+			p.wait(time.Second)
+			return
 		}
 	}
 	for _, id := range plan.ContainersToKill {
-		w.changed = true
-		if err := w.replaceContainer(ctx, pod, observed, id); err != nil {
+		p.changed = true
+		if err := w.replaceContainer(ctx, pod, p.observed, id); err != nil {
 			logger.Error(err, "Stopping a changed container failed")
-			return time.Second, false
+			p.wait(time.Second)
+			return
 		}
 	}
 	for _, k := range plan.ProbeKills {
-		w.changed = true
-		if err := w.killForProbe(ctx, pod, observed, k); err != nil {
+		p.changed = true
+		if err := w.killForProbe(ctx, pod, p.observed, k); err != nil {
 			logger.Error(err, "Stopping a container that failed its probe failed")
-			return time.Second, false
+			p.wait(time.Second)
+			return
 		}
 	}
 	for _, id := range plan.ContainersToRemove {
-		w.changed = true
-		if err := w.d.cfg.Runtime.RemoveContainer(ctx, id); err != nil {
+		p.changed = true
+		if err := w.deps.runtime.RemoveContainer(ctx, id); err != nil {
 			logger.V(2).Info("Removing a dead container failed", "containerID", id, "err", err.Error())
 		}
 	}
 
 	sandboxCfg, warnings, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
 	if err != nil {
-		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
-		return time.Second, false
+		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+		p.wait(time.Second)
+		return
 	}
-	sandboxCfg.Linux.Resources = qos.SandboxResources(pod, w.d.cfg.Resources)
-	sandboxCfg.Linux.Overhead = qos.OverheadResources(pod, w.d.cfg.Resources)
+	sandboxCfg.Linux.Resources = qos.SandboxResources(pod, w.settings.resources)
+	sandboxCfg.Linux.Overhead = qos.OverheadResources(pod, w.settings.resources)
+	p.sandboxCfg = sandboxCfg
 	sandboxID := plan.SandboxID
 	if plan.CreateSandbox {
 		for _, warn := range warnings {
-			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, warn.Reason, "%s", warn.Message)
+			w.deps.events.Eventf(pod, v1.EventTypeWarning, warn.Reason, "%s", warn.Message)
 		}
-		err := w.step(ctx, "sandbox", func() error {
+		err := w.timed(ctx, "sandbox", func() error {
 			if err := os.MkdirAll(sandboxCfg.LogDirectory, logDirMode); err != nil {
 				return fmt.Errorf("create pod log directory: %w", err)
 			}
-			w.changed = true
-			id, err := w.d.cfg.Runtime.RunPodSandbox(ctx, sandboxCfg, w.d.cfg.RuntimeHandler)
+			p.changed = true
+			id, err := w.deps.runtime.RunPodSandbox(ctx, sandboxCfg, w.settings.runtimeHandler)
 			sandboxID = id
 			return err
 		})
 		if err != nil {
-			w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
-			return time.Second, false
+			if ctx.Err() == nil {
+				w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+			}
+			p.wait(time.Second)
+			return
 		}
 	}
 
-	w.podIPs = w.sandboxIPs(ctx, pod, observed, sandboxID)
+	p.podIPs = w.sandboxIPs(ctx, pod, p.observed, sandboxID)
 
 	// Ephemeral containers first, as the kubelet does: a debugger can then
 	// start in a pod whose init containers cannot.
 	for _, i := range plan.EphemeralToStart {
 		c := (*v1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
-		if wait := w.startContainer(ctx, pod, c, ephemeralContainer, observed, sandboxID, sandboxCfg); wait > 0 {
-			next = min(next, wait)
-		}
+		p.startContainer(ctx, c, ephemeralContainer, sandboxID)
 	}
 	for _, i := range plan.SidecarsToStart {
-		if wait := w.startContainer(ctx, pod, &pod.Spec.InitContainers[i], initContainer, observed, sandboxID, sandboxCfg); wait > 0 {
-			next = min(next, wait)
-		}
+		p.startContainer(ctx, &pod.Spec.InitContainers[i], initContainer, sandboxID)
 	}
 	if plan.NextInit >= 0 {
-		c := &pod.Spec.InitContainers[plan.NextInit]
-		if wait := w.startContainer(ctx, pod, c, initContainer, observed, sandboxID, sandboxCfg); wait > 0 {
-			next = min(next, wait)
-		}
-		return next, false
+		p.startContainer(ctx, &pod.Spec.InitContainers[plan.NextInit], initContainer, sandboxID)
+		return
 	}
 	for _, i := range plan.ContainersToStart {
-		c := &pod.Spec.Containers[i]
-		if wait := w.startContainer(ctx, pod, c, appContainer, observed, sandboxID, sandboxCfg); wait > 0 {
-			next = min(next, wait)
-		}
+		p.startContainer(ctx, &pod.Spec.Containers[i], appContainer, sandboxID)
 	}
-	return next, false
 }
 
 // containerKind is the list of the pod's spec a container comes from.
@@ -178,77 +222,72 @@ const (
 	ephemeralContainer
 )
 
-// startContainer pulls the container's image, then creates and starts it,
-// unless its restart back-off holds it back. It returns how long until it
-// should be tried again (zero when started or not to be retried soon).
-func (w *Worker) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, kind containerKind, observed *runtime.PodStatus, sandboxID string, sandboxCfg *runtimeapi.PodSandboxConfig) time.Duration {
+// startContainer pulls the container's image, then creates and starts
+// it. A failure is recorded as the container's waiting reason, and the
+// pass asks to look again when it may be retried.
+func (p *pass) startContainer(ctx context.Context, c *v1.Container, kind containerKind, sandboxID string) {
+	w, pod := p.w, p.pod
 	init := kind == initContainer
 	ref := containerRef(pod, c, init)
-	prev := latestOf(observed, c.Name, init)
 	restartCount := int32(0)
-	key := string(pod.UID) + "/" + c.Name
-	if prev != nil && kind != ephemeralContainer {
+	if prev := latestOf(p.observed, c.Name, init); prev != nil && kind != ephemeralContainer {
 		restartCount = prev.RestartCount + 1
-		if prev.State == runtime.ContainerExited {
-			ran := prev.FinishedAt.Sub(prev.StartedAt)
-			if wait := w.restarts.remaining(key, prev.FinishedAt, ran); wait > 0 {
-				msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", w.restarts.delay(key), c.Name, podDesc(pod))
-				w.waiting[c.Name] = status.Waiting{Reason: reasonCrashLoop, Message: msg}
-				w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventBackOff, "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
-				return wait
-			}
-			w.restarts.next(key)
+	}
+	fail := func(reason string, err error, retry time.Duration) {
+		if ctx.Err() != nil {
+			// The pod is being deleted: what failed no longer matters.
+			return
 		}
+		p.setWaiting(c.Name, &status.Waiting{Reason: reason, Message: err.Error()})
+		w.deps.events.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
+		p.wait(retry)
 	}
 
-	if fail := w.imageVolumesFailure(ctx, pod, c, ref, sandboxCfg); fail != nil {
-		return fail.retry
+	if f := p.imageVolumesFailure(ctx, c, ref); f != nil {
+		p.wait(f.retry)
+		return
 	}
-	image, wait, err := w.ensureImage(ctx, pod, c, ref, sandboxCfg)
+	image, err := p.ensureImage(ctx, c, ref)
 	if err != nil {
-		return wait
+		return
 	}
-	in, err := w.containerInputs(ctx, pod, c, init, image, restartCount, sandboxCfg)
+	in, err := p.containerInputs(ctx, c, init, image, restartCount)
 	if err == nil && kind == ephemeralContainer {
 		in.Ephemeral = true
-		in.TargetID, err = ephemeralTarget(pod, c.Name, observed)
+		in.TargetID, err = ephemeralTarget(pod, c.Name, p.observed)
 	}
 	if err != nil {
-		w.waiting[c.Name] = status.Waiting{Reason: reasonConfigError, Message: err.Error()}
-		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
-		return time.Second
+		fail(reasonConfigError, err, time.Second)
+		return
 	}
 	cfg := runtime.ContainerConfig(pod, c, in)
 	var id string
-	err = w.step(ctx, "createContainer:"+c.Name, func() error {
-		if err := os.MkdirAll(filepath.Join(sandboxCfg.LogDirectory, c.Name), logDirMode); err != nil {
+	err = w.timed(ctx, "createContainer:"+c.Name, func() error {
+		if err := os.MkdirAll(filepath.Join(p.sandboxCfg.LogDirectory, c.Name), logDirMode); err != nil {
 			return fmt.Errorf("create container log directory: %w", err)
 		}
 		var err error
-		w.changed = true
-		id, err = w.d.cfg.Runtime.CreateContainer(ctx, sandboxID, cfg, sandboxCfg)
+		p.changed = true
+		id, err = w.deps.runtime.CreateContainer(ctx, sandboxID, cfg, p.sandboxCfg)
 		return err
 	})
-	w.observeImageVolumes(pod, c, err)
+	p.observeImageVolumes(c, err)
 	if err != nil {
-		w.waiting[c.Name] = status.Waiting{Reason: reasonCreateError, Message: err.Error()}
-		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
-		return time.Second
+		fail(reasonCreateError, err, time.Second)
+		return
 	}
-	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventCreated, "Container created")
-	err = w.step(ctx, "startContainer:"+c.Name, func() error { return w.d.cfg.Runtime.StartContainer(ctx, id) })
+	w.deps.events.Eventf(ref, v1.EventTypeNormal, eventCreated, "Container created")
+	err = w.timed(ctx, "startContainer:"+c.Name, func() error { return w.deps.runtime.StartContainer(ctx, id) })
 	if err != nil {
-		w.waiting[c.Name] = status.Waiting{Reason: reasonStartError, Message: err.Error()}
-		w.d.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
-		return time.Second
+		fail(reasonStartError, err, time.Second)
+		return
 	}
-	delete(w.waiting, c.Name)
-	w.d.cfg.Recorder.Eventf(ref, v1.EventTypeNormal, eventStarted, "Container started")
-	if msg, ok := w.runPostStart(ctx, pod, c, init, id); !ok {
-		w.waiting[c.Name] = status.Waiting{Reason: reasonPostStartHookError, Message: msg}
-		return time.Second
+	p.setWaiting(c.Name, nil)
+	w.deps.events.Eventf(ref, v1.EventTypeNormal, eventStarted, "Container started")
+	if msg, ok := p.runPostStart(ctx, c, init, id); !ok {
+		p.setWaiting(c.Name, &status.Waiting{Reason: reasonPostStartHookError, Message: msg})
+		p.wait(time.Second)
 	}
-	return 0
 }
 
 // ephemeralTarget is the runtime ID of the container an ephemeral
@@ -272,7 +311,7 @@ func ephemeralTarget(pod *v1.Pod, name string, observed *runtime.PodStatus) (str
 }
 
 func (w *Worker) podDir(pod *v1.Pod) string {
-	return filepath.Join(w.d.cfg.RootDir, "pods", string(pod.UID))
+	return filepath.Join(w.settings.rootDir, "pods", string(pod.UID))
 }
 
 // containerRef is the object events about one container refer to.
@@ -293,12 +332,12 @@ func podDesc(pod *v1.Pod) string {
 	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
 }
 
-// step runs one step of a pod's start, timed, and logs it as one line.
-func (w *Worker) step(ctx context.Context, name string, fn func() error) error {
-	start := w.d.cfg.Clock.Now()
+// timed runs one step of a pod's start, timed, and logs it as one line.
+func (w *Worker) timed(ctx context.Context, name string, fn func() error) error {
+	start := w.deps.clock.Now()
 	err := fn()
 	logger := klog.FromContext(ctx)
-	d := w.d.cfg.Clock.Since(start)
+	d := w.deps.clock.Since(start)
 	if err != nil {
 		logger.Info("Pod step failed", "step", name, "duration", d, "err", err.Error())
 		return err
@@ -315,10 +354,10 @@ func (w *Worker) replaceContainer(ctx context.Context, pod *v1.Pod, observed *ru
 			continue
 		}
 		if spec, init := specContainer(pod, c.Name, c.Init); spec != nil {
-			w.d.cfg.Recorder.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling,
+			w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling,
 				"Container %s definition changed, will be restarted", c.Name)
 		}
-		return w.step(ctx, "stopContainer:"+c.Name, func() error {
+		return w.timed(ctx, "stopContainer:"+c.Name, func() error {
 			spec, _ := specContainer(pod, c.Name, c.Init)
 			return w.stopContainer(ctx, pod, spec, id, podIP(pod, observed), gracePeriod(pod))
 		})

@@ -38,13 +38,6 @@ func gracePeriod(pod *v1.Pod) int64 {
 	return max(g, minGracePeriod)
 }
 
-// terminate stops the pod: every container within the grace period, then
-// its sandboxes. Containers stay, for their logs and final status.
-func (w *Worker) terminate(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) error {
-	w.d.cfg.Probes.RemovePod(w.uid)
-	return w.killPod(ctx, pod, observed, gracePeriod(pod))
-}
-
 // killPod stops all live containers, then every ready sandbox. App
 // containers (and a running regular init container) stop first, in
 // parallel; sidecars then stop one by one in reverse order, each with
@@ -56,19 +49,19 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		mu   gosync.Mutex
 		errs []error
 	)
-	start := w.d.cfg.Clock.Now()
+	start := w.deps.clock.Now()
 	ip := podIP(pod, observed)
 	acted := false
 	stop := func(c *runtime.ContainerStatus, grace int64) {
 		spec, init := specContainer(pod, c.Name, c.Init)
 		if spec != nil {
-			w.d.cfg.Recorder.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "Stopping container %s", c.Name)
+			w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "Stopping container %s", c.Name)
 		}
 		hooked := spec
 		if c.State != runtime.ContainerRunning {
 			hooked = nil // no preStop in a container that is not running
 		}
-		err := w.step(ctx, "stopContainer:"+c.Name, func() error {
+		err := w.timed(ctx, "stopContainer:"+c.Name, func() error {
 			return w.stopContainer(ctx, pod, hooked, c.ID, ip, grace)
 		})
 		if err != nil {
@@ -98,7 +91,7 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	wg.Wait()
 	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
 		if c := sidecars[pod.Spec.InitContainers[i].Name]; c != nil {
-			left := grace - int64(w.d.cfg.Clock.Since(start)/time.Second)
+			left := grace - int64(w.deps.clock.Since(start)/time.Second)
 			stop(c, max(left, minGracePeriod))
 		}
 	}
@@ -107,7 +100,7 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 			continue
 		}
 		acted = true
-		if err := w.step(ctx, "stopSandbox", func() error { return w.d.cfg.Runtime.StopPodSandbox(ctx, sb.ID) }); err != nil {
+		if err := w.timed(ctx, "stopSandbox", func() error { return w.deps.runtime.StopPodSandbox(ctx, sb.ID) }); err != nil {
 			errs = append(errs, fmt.Errorf("stop sandbox: %w", err))
 		}
 	}
@@ -122,12 +115,12 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) error {
 	var errs []error
 	for _, c := range observed.Containers {
-		if err := w.d.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil && grpcstatus.Code(err) != codes.NotFound {
+		if err := w.deps.runtime.RemoveContainer(ctx, c.ID); err != nil && grpcstatus.Code(err) != codes.NotFound {
 			errs = append(errs, fmt.Errorf("remove container %q: %w", c.Name, err))
 		}
 	}
 	for _, sb := range observed.Sandboxes {
-		if err := w.d.cfg.Runtime.RemovePodSandbox(ctx, sb.ID); err != nil && grpcstatus.Code(err) != codes.NotFound {
+		if err := w.deps.runtime.RemovePodSandbox(ctx, sb.ID); err != nil && grpcstatus.Code(err) != codes.NotFound {
 			errs = append(errs, fmt.Errorf("remove sandbox: %w", err))
 		}
 	}
@@ -135,17 +128,17 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		w.acted()
 	}
 	// The pod cgroup goes last, once its sandbox (and the cgroups the
-	// runtime made inside it) is gone.
-	if len(errs) == 0 {
+	// runtime made inside it) is gone; an ended pod's went already.
+	if len(errs) == 0 && !w.state.released {
 		if err := w.removeCgroup(ctx, pod); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := w.d.cfg.Volumes.UnmountPod(ctx, pod.UID); err != nil {
+	if err := w.deps.volumes.UnmountPod(ctx, pod.UID); err != nil {
 		errs = append(errs, err)
 	}
 	if pod.Namespace != "" && pod.Name != "" {
-		if err := os.RemoveAll(runtime.PodLogDir(w.d.cfg.PodOptions.PodLogsDir, pod)); err != nil {
+		if err := os.RemoveAll(runtime.PodLogDir(w.settings.podOptions.PodLogsDir, pod)); err != nil {
 			errs = append(errs, fmt.Errorf("remove pod logs: %w", err))
 		}
 	}
@@ -187,16 +180,25 @@ func isEphemeral(pod *v1.Pod, name string) bool {
 	return false
 }
 
-// removeCgroup removes the pod's cgroup once; a busy one is retried by
-// the next pass.
+// removeCgroup removes the pod's cgroup; a busy one is retried by the
+// next pass.
 func (w *Worker) removeCgroup(ctx context.Context, pod *v1.Pod) error {
-	cg := w.d.cfg.Cgroups
-	if cg == nil || w.cgroupRemoved {
+	cg := w.deps.cgroups
+	if cg == nil {
 		return nil
 	}
 	if err := cg.RemovePod(ctx, pod.UID); err != nil {
 		return fmt.Errorf("remove pod cgroup: %w", err)
 	}
-	w.cgroupRemoved = true
 	return nil
+}
+
+// release tears down what an ended pod no longer needs while its
+// containers stay for their logs: its cgroup, and its volumes with the
+// pod directory.
+func (w *Worker) release(ctx context.Context, pod *v1.Pod) error {
+	if err := w.removeCgroup(ctx, pod); err != nil {
+		return err
+	}
+	return w.releaseVolumes(ctx, pod)
 }

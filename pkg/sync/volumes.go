@@ -34,7 +34,6 @@ type podVolumes struct {
 	annots  map[string]string
 	retry   time.Duration // the delay after the next failure
 	retryAt time.Time     // no new attempt before this, after a failure
-	down    bool          // torn down after the pod ended
 }
 
 // mountVolumes sets up the pod's volumes, or brings their contents up to
@@ -46,7 +45,7 @@ type podVolumes struct {
 // to refresh keeps its old contents and does not hold the pod back.
 func (w *Worker) mountVolumes(ctx context.Context, pod *v1.Pod) (time.Duration, error) {
 	pv := &w.volumes
-	now := w.d.cfg.Clock.Now()
+	now := w.deps.clock.Now()
 	fresh := pv.mounts != nil && now.Before(pv.due) && maps.Equal(pv.labels, pod.Labels) && maps.Equal(pv.annots, pod.Annotations)
 	if fresh {
 		return pv.due.Sub(now), nil
@@ -58,9 +57,9 @@ func (w *Worker) mountVolumes(ctx context.Context, pod *v1.Pod) (time.Duration, 
 		return pv.retryAt.Sub(now), errVolumesPending
 	}
 	var mounts volume.Mounts
-	err := w.step(ctx, "volumes", func() error {
+	err := w.timed(ctx, "volumes", func() error {
 		var err error
-		mounts, err = w.d.cfg.Volumes.MountPod(ctx, pod)
+		mounts, err = w.deps.volumes.MountPod(ctx, pod)
 		return err
 	})
 	for name, m := range pv.mounts {
@@ -85,8 +84,8 @@ func (w *Worker) mountVolumes(ctx context.Context, pod *v1.Pod) (time.Duration, 
 	}
 	pv.retry, pv.retryAt = 0, time.Time{}
 	pv.labels, pv.annots = maps.Clone(pod.Labels), maps.Clone(pod.Annotations)
-	pv.due = now.Add(w.d.cfg.VolumeRefreshPeriod)
-	if t, ok := w.d.cfg.Volumes.NextRefresh(pod.UID); ok && t.Before(pv.due) {
+	pv.due = now.Add(w.settings.volumeRefresh)
+	if t, ok := w.deps.volumes.NextRefresh(pod.UID); ok && t.Before(pv.due) {
 		pv.due = t
 	}
 	return max(pv.due.Sub(now), 100*time.Millisecond), nil
@@ -100,11 +99,11 @@ func (w *Worker) mountFailed(pod *v1.Pod, err error) {
 	var failed []*volume.MountError
 	collectMountErrors(err, &failed)
 	if len(failed) == 0 {
-		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventFailedMount, "Unable to mount volumes for pod %s: %v", podDesc(pod), err)
+		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventFailedMount, "Unable to mount volumes for pod %s: %v", podDesc(pod), err)
 		return
 	}
 	for _, me := range failed {
-		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, eventFailedMount, "%s", me.Error())
+		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventFailedMount, "%s", me.Error())
 	}
 }
 
@@ -132,22 +131,20 @@ func complete(pod *v1.Pod, mounts volume.Mounts) bool {
 }
 
 // releaseVolumes tears down the volumes of a pod whose containers have all
-// stopped, once. Its directory goes with them.
+// stopped. Its directory goes with them.
 func (w *Worker) releaseVolumes(ctx context.Context, pod *v1.Pod) error {
-	if w.volumes.down {
-		return nil
-	}
-	if err := w.step(ctx, "unmountVolumes", func() error { return w.d.cfg.Volumes.UnmountPod(ctx, pod.UID) }); err != nil {
+	if err := w.timed(ctx, "unmountVolumes", func() error { return w.deps.volumes.UnmountPod(ctx, pod.UID) }); err != nil {
 		return err
 	}
-	w.volumes = podVolumes{down: true}
+	w.volumes = podVolumes{}
 	return nil
 }
 
 // volumeMounts turns the container's volumeMounts into binds, preparing
 // subPaths beneath their volumes. env expands subPathExpr. An error is the
 // container's CreateContainerConfigError.
-func (w *Worker) volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
+func (p *pass) volumeMounts(ctx context.Context, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
+	w, pod := p.w, p.pod
 	var out []*runtimeapi.Mount
 	for i, vm := range c.VolumeMounts {
 		m, ok := w.volumes.mounts[vm.Name]
@@ -167,7 +164,7 @@ func (w *Worker) volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container,
 			return nil, err
 		}
 		if m.Image {
-			iv := w.imageVolumes.byName[vm.Name]
+			iv := p.imageVolumes[vm.Name]
 			if iv.spec == nil {
 				return nil, fmt.Errorf("image volume %q of container %q is not pulled", vm.Name, c.Name)
 			}
@@ -179,7 +176,7 @@ func (w *Worker) volumeMounts(ctx context.Context, pod *v1.Pod, c *v1.Container,
 			continue
 		}
 		if sub != "" {
-			p, err := w.d.cfg.Volumes.PrepareSubPath(ctx, volume.SubPathRequest{
+			p, err := w.deps.volumes.PrepareSubPath(ctx, volume.SubPathRequest{
 				PodUID: pod.UID, Volume: vm.Name, VolumePath: m.HostPath,
 				Container: c.Name, MountIndex: i, SubPath: sub,
 			})

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	gosync "sync"
 	"sync/atomic"
 	"time"
@@ -15,80 +16,66 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
 
-// workerState is where a pod is in its life on this node.
-type workerState int
-
-const (
-	// syncing: the pod should run; containers are started as needed.
-	syncing workerState = iota
-	// terminated: the pod's containers and sandbox are stopped; only its
-	// removal (deletion) is left.
-	terminated
-	// cleaned: everything of the pod is gone from the runtime and disk.
-	cleaned
-)
-
-// Worker owns one pod: its goroutine is the only one that acts on it.
+// Worker owns one pod: its goroutine is the only one that acts on it. It
+// asks decide for the next step, carries it out through its deps, and
+// hands the outcome to advance; it decides nothing itself.
 type Worker struct {
-	d   *Dispatcher
-	uid types.UID
+	uid      types.UID
+	deps     *deps
+	settings *settings
 
 	mu      gosync.Mutex
 	pod     *v1.Pod // latest desired pod
 	removed bool    // the pod left the source (deleted from the apiserver)
 	// updated: the spec changed since the last pass began.
 	updated bool
+	// cancelPass abandons the sync pass in flight (a pull, a hook) when
+	// the pod is deleted; nil when none runs.
+	cancelPass context.CancelFunc
 
 	wake chan struct{} // capacity 1: a pending wake-up
 
 	// Owned by the worker goroutine.
-	state     workerState
+	state     podState
 	lastActed time.Time
-	changed   bool // this pass changed the runtime
-	waiting   map[string]status.Waiting
-	restarts  *backoff
-	pulls     *backoff
 	volumes   podVolumes
-	// imageVolumes: the pod's image volumes as this pass pulled them.
-	imageVolumes imageVolumePulls
-	// podIPs are the addresses of the pod's current sandbox, known once
-	// the sandbox exists (the node's for a host-network pod).
-	podIPs []string
-	// cgroupRemoved: the pod's cgroup is gone for good (the pod ended).
-	cgroupRemoved bool
+	// imageVolumesShown is the failure each image volume last showed: the
+	// ImagePullBackOff message repeats the ErrImagePull one.
+	imageVolumesShown map[string]status.Waiting
 	// passes counts the worker's passes; start follows the pod's start.
 	passes int
 	start  startTracker
 
-	// holds: the pod was admitted and counts against the node's
-	// resources; ended: it no longer does (it finished or was rejected).
-	// Read by other workers' admissions.
-	holds, ended atomic.Bool
+	// ended: the pod no longer holds node resources (it is ending or
+	// ended). Read by the Dispatcher's admission.
+	ended atomic.Bool
 }
 
-func newWorker(d *Dispatcher, pod *v1.Pod) *Worker {
+func newWorker(d *deps, s *settings, pod *v1.Pod) *Worker {
 	return &Worker{
-		d: d, uid: pod.UID, pod: pod, wake: make(chan struct{}, 1),
-		waiting:  map[string]status.Waiting{},
-		restarts: newBackoff(d.cfg.Clock, d.cfg.MaxRestartBackoff),
-		pulls:    newBackoff(d.cfg.Clock, 0),
-		start:    newStartTracker(pod, d.cfg.Clock.Now()),
+		uid: pod.UID, deps: d, settings: s, pod: pod, wake: make(chan struct{}, 1),
+		start: newStartTracker(pod, d.clock.Now()),
 	}
 }
 
 // update hands the worker the latest pod; it never blocks. A change of
 // the status alone (usually the agent's own write coming back) is kept
 // for the next pass but does not wake the worker: only the spec, the
-// deletion or the runtime's state call for action.
+// deletion or the runtime's state call for action. A deletion abandons
+// the pass in flight, so that the pod goes straight to its termination.
 func (w *Worker) update(pod *v1.Pod, removed bool) {
 	w.mu.Lock()
 	specChanged := pod != nil && !onlyStatusChanged(w.pod, pod)
 	wake := removed || pod == nil || specChanged || gatesChanged(w.pod, pod)
+	deleted := removed || (pod != nil && pod.DeletionTimestamp != nil && w.pod.DeletionTimestamp == nil)
 	w.updated = w.updated || specChanged
 	if pod != nil {
 		w.pod = pod
 	}
 	w.removed = w.removed || removed
+	if deleted && w.cancelPass != nil {
+		w.cancelPass()
+	}
 	w.mu.Unlock()
 	if wake {
 		w.poke()
@@ -145,7 +132,7 @@ func (w *Worker) run(ctx context.Context) {
 	pod, _ := w.latest()
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", w.uid)
 	ctx = klog.NewContext(ctx, logger)
-	timer := w.d.cfg.Clock.NewTimer(w.d.cfg.ResyncPeriod)
+	timer := w.deps.clock.NewTimer(w.settings.resync)
 	defer timer.Stop()
 	for {
 		select {
@@ -155,13 +142,13 @@ func (w *Worker) run(ctx context.Context) {
 		case <-timer.C():
 		}
 		pod, removed := w.latest()
-		observed, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.lastActed)
+		observed, err := w.deps.cache.GetNewerThan(ctx, w.uid, w.lastActed)
 		if err != nil {
 			return
 		}
-		op, began := w.operation(pod, removed), w.d.cfg.Clock.Now()
-		next, done := w.syncOnce(ctx, pod, removed, observed)
-		w.d.cfg.Metrics.ObservePodWorker(op, w.d.cfg.Clock.Since(began))
+		op, began := w.operation(pod, removed), w.deps.clock.Now()
+		next, done := w.pass(ctx, pod, removed, observed)
+		w.deps.metrics.ObservePodWorker(op, w.deps.clock.Since(began))
 		if done {
 			return
 		}
@@ -175,182 +162,124 @@ func (w *Worker) run(ctx context.Context) {
 	}
 }
 
-// syncOnce does one pass for the pod and says when to look again, or
-// that the worker is finished.
-func (w *Worker) syncOnce(ctx context.Context, pod *v1.Pod, removed bool, observed *runtime.PodStatus) (time.Duration, bool) {
-	logger := klog.FromContext(ctx)
-	resync := w.d.cfg.ResyncPeriod
+// pass takes one step: it asks decide what to do, does it, and advances
+// the pod's state with the outcome. It says when to look again, or that
+// the worker is finished.
+func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *runtime.PodStatus) (time.Duration, bool) {
+	now := w.deps.clock.Now()
+	s := decide(&w.state, input{
+		pod: pod, removed: removed, observed: observed, probes: w.probeResults(observed), now: now,
+		resync: w.settings.resync, maxRestartBackoff: w.settings.maxRestartBackoff,
+	})
+	o := w.execute(ctx, s, pod, observed)
+	w.state = advance(w.state, s, o, now)
+	if w.state.phase != phaseSyncing {
+		w.ended.Store(true)
+	}
+	if s.kind == stepSync {
+		w.report(pod, observed)
+	}
 	switch {
-	case removed:
-		// Gone from the apiserver: stop and remove everything; there is no
-		// object left to report to.
-		if err := w.terminate(ctx, pod, observed); err != nil {
-			logger.Error(err, "Stopping removed pod failed, will retry")
-			return time.Second, false
-		}
-		if err := w.cleanup(ctx, pod, observed); err != nil {
-			logger.Error(err, "Cleaning up removed pod failed, will retry")
-			return time.Second, false
-		}
-		w.setState(cleaned)
-		logger.V(2).Info("Pod removed")
+	case s.kind == stepDone:
+		klog.FromContext(ctx).V(2).Info("Pod removed")
 		return 0, true
-	case pod.DeletionTimestamp != nil:
-		if w.state == cleaned {
-			return resync, false
-		}
-		if err := w.terminate(ctx, pod, observed); err != nil {
-			logger.Error(err, "Stopping deleted pod failed, will retry")
-			return time.Second, false
-		}
-		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
-		if err != nil {
-			return 0, true
-		}
-		st := w.computeStatus(pod, final, true)
-		if err := w.cleanup(ctx, pod, final); err != nil {
-			logger.Error(err, "Cleaning up deleted pod failed, will retry")
-			return time.Second, false
-		}
-		w.setState(cleaned)
-		w.d.cfg.Status.SetFinal(pod, st)
-		return resync, false
-	case w.state != syncing || isTerminal(pod.Status.Phase):
-		// Ended: nothing runs again; keep the final status current.
-		if w.state == syncing {
-			if err := w.terminate(ctx, pod, observed); err != nil {
-				logger.Error(err, "Stopping finished pod failed, will retry")
-				return time.Second, false
-			}
-			w.setState(terminated)
-		}
-		// Nothing of an ended pod runs again: its cgroup goes, and it no
-		// longer counts in its QoS class.
-		if w.state == terminated && !hasRunning(observed) {
-			if err := w.removeCgroup(ctx, pod); err != nil {
-				logger.V(2).Info("Removing the cgroup of a finished pod failed, will retry", "err", err.Error())
-				return time.Second, false
-			}
-			if err := w.releaseVolumes(ctx, pod); err != nil {
-				logger.Error(err, "Tearing down the volumes of a finished pod failed, will retry")
-				return time.Second, false
-			}
-		}
-		return resync, false
-	}
-	switch w.admit(ctx, pod, observed) {
-	case undecided:
+	case o.err != nil:
+		klog.FromContext(ctx).Error(o.err, "Pod step failed, will retry", "step", s.kind.String())
 		return time.Second, false
-	case rejected:
-		w.setState(terminated)
-		return resync, false
+	case s.kind == stepSync:
+		return min(s.wait, max(o.next, 0)), false
+	case s.kind == stepIdle:
+		return s.wait, false
 	}
-	if reason, msg, exceeded := w.pastDeadline(pod); exceeded {
-		w.d.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, reason, msg)
-		if err := w.terminate(ctx, pod, observed); err != nil {
-			logger.Error(err, "Stopping a pod past its deadline failed, will retry")
-			return time.Second, false
-		}
-		w.setState(terminated)
-		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
-		if err != nil {
-			return 0, true
-		}
-		st := w.computeStatus(pod, final, true)
-		st.Phase, st.Reason, st.Message = v1.PodFailed, reason, msg
-		w.d.cfg.Status.SetFinal(pod, st)
-		return w.afterEnd(ctx, pod), false
-	}
-	next, ended := w.syncPod(ctx, pod, observed)
-	if ended {
-		if err := w.terminate(ctx, pod, observed); err != nil {
-			logger.Error(err, "Stopping finished pod failed, will retry")
-			return time.Second, false
-		}
-		w.setState(terminated)
-		final, err := w.d.cfg.Cache.GetNewerThan(ctx, w.uid, w.d.cfg.Clock.Now())
-		if err != nil {
-			return 0, true
-		}
-		w.d.cfg.Status.SetFinal(pod, w.computeStatus(pod, final, true))
-		return w.afterEnd(ctx, pod), false
-	}
-	if d := pod.Spec.ActiveDeadlineSeconds; d != nil && pod.Status.StartTime != nil {
-		left := pod.Status.StartTime.Add(time.Duration(*d) * time.Second).Sub(w.d.cfg.Clock.Now())
-		next = min(next, max(left, 100*time.Millisecond))
-	}
-	return min(next, resync), false
+	// An ending step done: the next one follows at once (after a relist,
+	// when this one changed the runtime).
+	w.poke()
+	return w.settings.resync, false
 }
 
-// afterEnd tears down the volumes of a pod that has just ended and says
-// when to look again: soon if that failed.
-func (w *Worker) afterEnd(ctx context.Context, pod *v1.Pod) time.Duration {
-	if err := w.releaseVolumes(ctx, pod); err != nil {
-		klog.FromContext(ctx).Error(err, "Tearing down the volumes of a finished pod failed, will retry")
-		return time.Second
+// execute carries step s out.
+func (w *Worker) execute(ctx context.Context, s step, pod *v1.Pod, observed *runtime.PodStatus) outcome {
+	switch s.kind {
+	case stepSync:
+		return w.syncPod(ctx, pod, observed, s)
+	case stepStop:
+		if e := s.begin; e != nil && e.event {
+			w.deps.events.Eventf(pod, v1.EventTypeWarning, e.reason, "%s", e.message)
+		}
+		w.deps.probes.RemovePod(w.uid)
+		return outcome{err: w.killPod(ctx, pod, observed, s.grace)}
+	case stepFinal:
+		st := w.finalStatus(pod, observed)
+		if s.write {
+			w.deps.status.SetFinal(pod, st)
+		}
+		return outcome{final: &st}
+	case stepCleanup:
+		return outcome{err: w.cleanup(ctx, pod, observed)}
+	case stepRelease:
+		return outcome{err: w.release(ctx, pod)}
+	case stepConfirm:
+		if w.state.final == nil {
+			return outcome{err: errors.New("no final status to confirm the deletion with")}
+		}
+		w.deps.status.SetFinal(pod, *w.state.final)
 	}
-	return w.d.cfg.ResyncPeriod
+	return outcome{}
 }
 
-// Reason and message of a pod failed for running past activeDeadlineSeconds,
-// as the kubelet words them.
-const (
-	reasonDeadlineExceeded  = "DeadlineExceeded"
-	messageDeadlineExceeded = "Pod was active on the node longer than the specified deadline"
-)
+// passContext is the context of a sync pass: it ends when the pod is
+// deleted, so that nothing of a pass in flight holds up the termination.
+func (w *Worker) passContext(ctx context.Context) (context.Context, func()) {
+	pctx, cancel := context.WithCancel(ctx)
+	w.mu.Lock()
+	if w.removed || w.pod.DeletionTimestamp != nil {
+		cancel()
+	}
+	w.cancelPass = cancel
+	w.mu.Unlock()
+	return pctx, func() {
+		w.mu.Lock()
+		w.cancelPass = nil
+		w.mu.Unlock()
+		cancel()
+	}
+}
 
-// pastDeadline says whether the pod has been active longer than its
-// activeDeadlineSeconds, counted from its start time.
-func (w *Worker) pastDeadline(pod *v1.Pod) (string, string, bool) {
-	d := pod.Spec.ActiveDeadlineSeconds
-	if d == nil || pod.Status.StartTime == nil {
-		return "", "", false
+// report hands the status of a running pod to the status manager, and
+// the pod's containers to the prober.
+func (w *Worker) report(pod *v1.Pod, observed *runtime.PodStatus) {
+	w.deps.probes.UpdatePod(pod, observed)
+	st := w.computeStatus(pod, observed, false)
+	w.start.observe(w.deps.metrics, pod, st, w.deps.clock.Now())
+	w.deps.status.Set(pod, st)
+}
+
+// finalStatus is the status of the ended pod: computed from what the
+// runtime shows, or as its ending says.
+func (w *Worker) finalStatus(pod *v1.Pod, observed *runtime.PodStatus) v1.PodStatus {
+	e := w.state.end
+	if e.rejected {
+		return rejectedStatus(pod, e.reason, e.message)
 	}
-	if w.d.cfg.Clock.Since(pod.Status.StartTime.Time) < time.Duration(*d)*time.Second {
-		return "", "", false
+	st := w.computeStatus(pod, observed, true)
+	if e.reason != "" {
+		st.Phase, st.Reason, st.Message = v1.PodFailed, e.reason, e.message
 	}
-	return reasonDeadlineExceeded, messageDeadlineExceeded, true
+	return st
 }
 
 // acted notes that the runtime was changed, so that the next pass waits
 // for a relist that shows it.
 func (w *Worker) acted() {
-	w.lastActed = w.d.cfg.Clock.Now()
-	w.d.cfg.Relister.RelistSoon()
+	w.lastActed = w.deps.clock.Now()
+	w.deps.relister.RelistSoon()
 	w.poke()
 }
 
 func (w *Worker) computeStatus(pod *v1.Pod, observed *runtime.PodStatus, terminal bool) v1.PodStatus {
 	return status.Compute(status.Input{
-		Pod: pod, Observed: observed, Waiting: w.waiting, Terminal: terminal,
-		NodeIPs: w.d.cfg.NodeIPs, RuntimeName: w.d.cfg.RuntimeName, Now: w.d.cfg.Clock.Now(),
+		Pod: pod, Observed: observed, Waiting: w.state.waiting, Terminal: terminal,
+		NodeIPs: w.settings.nodeIPs, RuntimeName: w.settings.runtimeName, Now: w.deps.clock.Now(),
 		Probes: w.statusProbes,
 	})
-}
-
-func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
-
-// hasRunning says whether any container or sandbox of the pod may still
-// hold processes.
-func hasRunning(observed *runtime.PodStatus) bool {
-	for _, c := range observed.Containers {
-		if c.State == runtime.ContainerRunning || c.State == runtime.ContainerCreated || c.State == runtime.ContainerUnknown {
-			return true
-		}
-	}
-	for _, sb := range observed.Sandboxes {
-		if sb.Ready {
-			return true
-		}
-	}
-	return false
-}
-
-// setState moves the pod on; a pod that stopped running no longer holds
-// node resources for admission.
-func (w *Worker) setState(s workerState) {
-	w.state = s
-	if s != syncing {
-		w.ended.Store(true)
-	}
 }

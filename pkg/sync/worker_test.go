@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -51,6 +52,7 @@ type harness struct {
 	pleg     *pleg.PLEG
 	status   *fakeStatus
 	recorder *record.FakeRecorder
+	d        *Dispatcher
 	w        *Worker
 }
 
@@ -79,22 +81,38 @@ func newHarness(t *testing.T, pod *v1.Pod) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.w = newWorker(d, pod)
+	h.d, h.w = d, d.newWorker(pod)
 	return h
 }
 
-// sync runs one pass on a fresh relist and returns whether the worker is done.
+// sync runs the worker on fresh relists for one sync step, or for the
+// ending steps that follow one another, until the pod is idle, synced
+// once, or done. It returns whether the worker is done.
 func (h *harness) sync(pod *v1.Pod, removed bool) bool {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h.pleg.RelistSoon()
-	observed, err := h.pleg.Cache().GetNewerThan(ctx, pod.UID, time.Now())
-	if err != nil {
-		h.t.Fatal(err)
+	for i := 0; i < 10; i++ {
+		h.pleg.RelistSoon()
+		observed, err := h.pleg.Cache().GetNewerThan(ctx, pod.UID, time.Now())
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		// decide is pure: asking it first changes nothing.
+		kind := decide(&h.w.state, input{pod: pod, removed: removed, observed: observed, now: time.Now()}).kind
+		if i > 0 && (kind == stepSync || kind == stepIdle) {
+			return false
+		}
+		before := h.w.state
+		if _, done := h.w.pass(ctx, pod, removed, observed); done {
+			return true
+		}
+		if kind == stepSync || kind == stepIdle || reflect.DeepEqual(before, h.w.state) {
+			return false // synced once, or an ending step failed
+		}
 	}
-	_, done := h.w.syncOnce(ctx, pod, removed, observed)
-	return done
+	h.t.Fatal("the worker did not settle in 10 steps")
+	return false
 }
 
 func (h *harness) containers(state runtimeapi.ContainerState) []string {
