@@ -257,11 +257,17 @@ func (w *Worker) report(pod *v1.Pod, observed *runtime.PodStatus) {
 // finalStatus is the status of the ended pod: computed from what the
 // runtime shows, or as its ending says.
 func (w *Worker) finalStatus(pod *v1.Pod, observed *runtime.PodStatus) v1.PodStatus {
-	e := w.state.end
+	return endStatus(w.state.end, pod, func() v1.PodStatus { return w.computeStatus(pod, observed, true) })
+}
+
+// endStatus is the final status a pod's ending calls for: the bare
+// refusal of a rejected pod, else the computed one, Failed with the
+// ending's reason when it has one.
+func endStatus(e ending, pod *v1.Pod, compute func() v1.PodStatus) v1.PodStatus {
 	if e.rejected {
 		return rejectedStatus(pod, e.reason, e.message)
 	}
-	st := w.computeStatus(pod, observed, true)
+	st := compute()
 	if e.reason != "" {
 		st.Phase, st.Reason, st.Message = v1.PodFailed, e.reason, e.message
 	}

@@ -247,3 +247,73 @@ func TestWorkerImageNeverPull(t *testing.T) {
 	default:
 	}
 }
+
+// blockingPuller is an image service whose pulls hang until cancelled.
+type blockingPuller struct {
+	Images
+	started chan struct{}
+	once    gosync.Once
+}
+
+func (b *blockingPuller) PullImage(ctx context.Context, _ *runtimeapi.ImageSpec, _ *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
+	b.once.Do(func() { close(b.started) })
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+func TestDeletionAbandonsAPullInFlight(t *testing.T) {
+	pod := basePod(func(p *v1.Pod) {
+		p.Spec.Containers = []v1.Container{{Name: "a", Image: "example.com/slow:1"}}
+	})
+	h := newHarness(t, pod)
+	puller := &blockingPuller{Images: h.img, started: make(chan struct{})}
+	h.w.deps.images = puller
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.w.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	h.w.poke()
+
+	select {
+	case <-puller.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pull never started")
+	}
+	deleted := pod.DeepCopy()
+	now := metav1.Now()
+	grace := int64(30)
+	deleted.DeletionTimestamp, deleted.DeletionGracePeriodSeconds = &now, &grace
+	h.w.update(deleted, false)
+
+	// The pull hangs for ever: only its cancellation lets the pod end.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.status.mu.Lock()
+		final := h.status.final
+		h.status.mu.Unlock()
+		if final != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the deletion waited for the pull in flight")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	h.rt.Lock()
+	left := len(h.rt.Sandboxes) + len(h.rt.Containers)
+	h.rt.Unlock()
+	if left != 0 {
+		t.Errorf("%d sandboxes and containers left after the deletion", left)
+	}
+	if len(h.w.state.pulls) != 0 {
+		t.Errorf("an abandoned pull counted as a failure: %v", h.w.state.pulls)
+	}
+	if h.w.state.phase != phaseCleaned || !h.w.state.confirmed {
+		t.Errorf("state = %s confirmed=%t, want cleaned and confirmed", h.w.state.phase, h.w.state.confirmed)
+	}
+	if ev := h.events(); strings.Contains(ev, "Failed to pull image") {
+		t.Errorf("an abandoned pull was reported as failed:\n%s", ev)
+	}
+}
