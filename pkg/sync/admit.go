@@ -24,14 +24,15 @@ type pendingPod struct {
 }
 
 // queueLocked starts the worker of a pod new to the agent, or queues the
-// pod for admission. A pod that already ran (it has something in the
-// runtime, or a start time from an earlier run of the agent) was admitted
-// before and is not judged again, so that a restarted agent never rejects
-// what it admitted; nor is a pod that is ending anyway. d.mu is held.
-func (d *Dispatcher) queueLocked(pod *v1.Pod) {
+// pod for admission. A pod that already ran (known: it has something in
+// the runtime or on disk; or a start time from an earlier run of the
+// agent) was admitted before and is not judged again, so that a
+// restarted agent never rejects what it admitted; nor is a pod that is
+// ending anyway. d.mu is held.
+func (d *Dispatcher) queueLocked(pod *v1.Pod, known bool) {
 	if p, ok := d.pending[pod.UID]; ok {
 		p.pod = pod
-	} else if known := d.knownLocked(pod.UID); d.cfg.Admitter == nil || !needsAdmission(pod) || known {
+	} else if d.cfg.Admitter == nil || !needsAdmission(pod) || known {
 		w := d.newWorker(pod)
 		// A pod deleted before it ever ran here holds nothing.
 		w.ended.Store(pod.DeletionTimestamp != nil && pod.Status.StartTime == nil && !known)
@@ -52,8 +53,8 @@ func needsAdmission(pod *v1.Pod) bool {
 	return pod.Status.StartTime == nil && pod.DeletionTimestamp == nil && !isTerminal(pod.Status.Phase)
 }
 
-// knownLocked says whether the runtime holds anything of the pod.
-func (d *Dispatcher) knownLocked(uid types.UID) bool {
+// known says whether the runtime or the disk holds anything of the pod.
+func (d *Dispatcher) known(uid types.UID) bool {
 	for _, ref := range d.cfg.Known() {
 		if ref.UID == uid {
 			return true

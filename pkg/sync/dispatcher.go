@@ -194,12 +194,24 @@ func (d *Dispatcher) newWorker(pod *v1.Pod) *Worker {
 // it has none yet. It never blocks.
 func (d *Dispatcher) UpsertPod(pod *v1.Pod) {
 	d.mu.Lock()
+	w, ok := d.workers[pod.UID]
+	_, pending := d.pending[pod.UID]
+	d.mu.Unlock()
+	if ok {
+		w.update(pod, false)
+		return
+	}
+	// Whether the runtime or the disk holds anything of a pod new to
+	// this run decides whether it was admitted before; it is read
+	// outside the lock (a directory read) and only when it matters.
+	known := !pending && (d.cfg.Admitter != nil || pod.DeletionTimestamp != nil) && d.known(pod.UID)
+	d.mu.Lock()
 	defer d.mu.Unlock()
 	if w, ok := d.workers[pod.UID]; ok {
 		w.update(pod, false)
 		return
 	}
-	d.queueLocked(pod)
+	d.queueLocked(pod, known)
 }
 
 // RemovePod tells the pod's worker that the pod is gone from the source.
