@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/expansion"
 )
 
 // EnvSource is where a container's environment references are read from.
@@ -136,7 +138,7 @@ func ResolveEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, in EnvInputs)
 		v := e.Value
 		switch {
 		case v != "":
-			v = expandRefs(v, lookup)
+			v = expansion.Expand(v, lookup)
 		case e.ValueFrom != nil:
 			var ok bool
 			v, ok, err = r.valueFrom(c, e.ValueFrom)
