@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/downward"
+	"github.com/nodeagent/nodeagent/pkg/expansion"
 )
 
 // EnvSource is where a container's environment references are read from.
@@ -136,7 +137,7 @@ func ResolveEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, in EnvInputs)
 		v := e.Value
 		switch {
 		case v != "":
-			v = expandRefs(v, lookup)
+			v = expansion.Expand(v, lookup)
 		case e.ValueFrom != nil:
 			var ok bool
 			v, ok, err = r.valueFrom(c, e.ValueFrom)
@@ -249,10 +250,10 @@ func (r *envResolver) envFromData(from v1.EnvFromSource) (map[string]string, str
 func (r *envResolver) valueFrom(c *v1.Container, from *v1.EnvVarSource) (string, bool, error) {
 	switch {
 	case from.FieldRef != nil:
-		v, err := podFieldValue(r.pod, from.FieldRef.FieldPath, r.in.PodIPs, r.in.HostIPs)
+		v, err := downward.FieldValue(r.pod, from.FieldRef, downward.Env, r.downward())
 		return v, err == nil, err
 	case from.ResourceFieldRef != nil:
-		v, err := resourceFieldValue(r.pod, c, from.ResourceFieldRef, r.in.Allocatable)
+		v, err := downward.ResourceValue(r.pod, c, from.ResourceFieldRef, downward.Env, r.downward())
 		return v, err == nil, err
 	case from.ConfigMapKeyRef != nil:
 		ref := from.ConfigMapKeyRef
@@ -288,118 +289,9 @@ func (r *envResolver) valueFrom(c *v1.Container, from *v1.EnvVarSource) (string,
 	return "", true, nil
 }
 
-// podFieldValue is the value of a downward API field of the pod.
-func podFieldValue(pod *v1.Pod, path string, podIPs, hostIPs []string) (string, error) {
-	if k, ok := subscript(path, "metadata.labels"); ok {
-		return pod.Labels[k], nil
-	}
-	if k, ok := subscript(path, "metadata.annotations"); ok {
-		return pod.Annotations[k], nil
-	}
-	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "metadata.labels":
-		return formatMap(pod.Labels), nil
-	case "metadata.annotations":
-		return formatMap(pod.Annotations), nil
-	case "spec.nodeName":
-		return pod.Spec.NodeName, nil
-	case "spec.serviceAccountName":
-		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP":
-		if len(hostIPs) == 0 {
-			return "", errors.New("node has no IP address to report as status.hostIP")
-		}
-		return hostIPs[0], nil
-	case "status.hostIPs":
-		if len(hostIPs) == 0 {
-			return "", errors.New("node has no IP address to report as status.hostIPs")
-		}
-		return strings.Join(hostIPs, ","), nil
-	case "status.podIP":
-		if len(podIPs) == 0 {
-			return "", nil
-		}
-		return podIPs[0], nil
-	case "status.podIPs":
-		return strings.Join(podIPs, ","), nil
-	}
-	return "", fmt.Errorf("unsupported fieldPath: %v", path)
-}
-
-// subscript reads "<prefix>['key']".
-func subscript(path, prefix string) (string, bool) {
-	rest, ok := strings.CutPrefix(path, prefix+"['")
-	if !ok {
-		return "", false
-	}
-	return strings.CutSuffix(rest, "']")
-}
-
-// formatMap renders a map as the downward API does: sorted key="value"
-// lines.
-func formatMap(m map[string]string) string {
-	var b strings.Builder
-	for i, k := range sortedNames(m) {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		fmt.Fprintf(&b, "%s=%q", k, m[k])
-	}
-	return b.String()
-}
-
-// resourceFieldValue is a container's request or limit in units of the
-// divisor, rounded up; an unset limit reads as the node's allocatable.
-func resourceFieldValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector, allocatable v1.ResourceList) (string, error) {
-	target := c
-	if ref.ContainerName != "" && ref.ContainerName != c.Name {
-		target = nil
-		for _, list := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-			for i := range list {
-				if list[i].Name == ref.ContainerName {
-					target = &list[i]
-				}
-			}
-		}
-		if target == nil {
-			return "", fmt.Errorf("container %s not found", ref.ContainerName)
-		}
-	}
-	kind, name, ok := strings.Cut(ref.Resource, ".")
-	if !ok || (kind != "limits" && kind != "requests") {
-		return "", fmt.Errorf("unsupported container resource : %v", ref.Resource)
-	}
-	res := v1.ResourceName(name)
-	switch {
-	case res == v1.ResourceCPU, res == v1.ResourceMemory, res == v1.ResourceEphemeralStorage:
-	case strings.HasPrefix(name, v1.ResourceHugePagesPrefix):
-	default:
-		return "", fmt.Errorf("unsupported container resource : %v", ref.Resource)
-	}
-	var q resource.Quantity
-	if kind == "requests" {
-		q = target.Resources.Requests[res]
-	} else {
-		var set bool
-		q, set = target.Resources.Limits[res]
-		if !set {
-			q = allocatable[res]
-		}
-	}
-	divisor := ref.Divisor
-	if divisor.IsZero() {
-		divisor = resource.MustParse("1")
-	}
-	if res == v1.ResourceCPU {
-		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
-	}
-	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
+// downward is what the downward API reads beside the pod.
+func (r *envResolver) downward() downward.Inputs {
+	return downward.Inputs{PodIPs: r.in.PodIPs, HostIPs: r.in.HostIPs, Allocatable: r.in.Allocatable}
 }
 
 // serviceEnv is the service variables a pod's containers get: the

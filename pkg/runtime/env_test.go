@@ -12,34 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-func TestExpandRefs(t *testing.T) {
-	vars := map[string]string{"A": "a", "B": "$(A)", "EMPTY": ""}
-	for _, tc := range []struct{ in, want string }{
-		{"plain", "plain"},
-		{"$(A)", "a"},
-		{"x$(A)y$(A)", "xaya"},
-		{"$(B)", "$(A)"}, // values are not expanded twice
-		{"$(EMPTY)-", "-"},
-		{"$(MISSING)", "$(MISSING)"},
-		{"$$(A)", "$(A)"},
-		{"$$$(A)", "$a"},
-		{"$$$$", "$$"},
-		{"$", "$"},
-		{"a$", "a$"},
-		{"$x$(A)", "$xa"},
-		{"$(A", "$(A"},
-		{"$($(A))", "$($(A))"},
-		{"$()", "$()"},
-		{"é$(A)é", "éaé"},
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			if got := expandRefs(tc.in, lookupIn(vars)); got != tc.want {
-				t.Errorf("expandRefs(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
 type fakeEnvSource struct {
 	notSynced  bool
 	configMaps map[string]*v1.ConfigMap

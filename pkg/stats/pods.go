@@ -15,13 +15,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodeagent/nodeagent/pkg/poddir"
 )
 
 // The kubelet's container label with the container's name in its pod.
 const labelContainerName = "io.kubernetes.container.name"
-
-// etcHostsFile is the pod's managed hosts file in its pod directory.
-const etcHostsFile = "etc-hosts"
 
 // podFs is what the pods' filesystem stats are measured against.
 type podFs struct {
@@ -389,7 +388,7 @@ func (p *Provider) podStorage(ctx context.Context, ps *statsapi.PodStats, fsi *p
 		used += u.bytes
 		inodes += u.inodes
 	}
-	if u, err := diskUsage(filepath.Join(p.cfg.RootDir, "pods", string(uid), etcHostsFile)); err == nil {
+	if u, err := diskUsage(poddir.New(p.cfg.RootDir).Pod(uid).EtcHosts()); err == nil {
 		used += u.bytes
 		inodes += u.inodes
 	}

@@ -11,13 +11,13 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeagent/nodeagent/pkg/poddir"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
-// The files the agent keeps for a pod's containers, laid out as the
-// kubelet lays them out under the pod directory.
+// The modes of the files the agent keeps for a pod's containers in its
+// pod directory.
 const (
-	podFileEtcHosts        = "etc-hosts"
 	etcHostsMode           = 0o644
 	terminationMessageMode = 0o666
 )
@@ -57,7 +57,7 @@ func (p *pass) etcHostsMount(c *v1.Container) ([]*runtimeapi.Mount, error) {
 		}
 	}
 	content := runtime.HostsFile(pod, p.podIPs, w.settings.podOptions.DNS.ClusterDomain, node)
-	path := filepath.Join(w.podDir(pod), podFileEtcHosts)
+	path := w.podDir(pod).EtcHosts()
 	if err := os.WriteFile(path, content, etcHostsMode); err != nil {
 		return nil, fmt.Errorf("write the pod's hosts file: %w", err)
 	}
@@ -78,9 +78,9 @@ func (w *Worker) terminationMessageMount(ctx context.Context, pod *v1.Pod, c *v1
 	if c.TerminationMessagePath == "" {
 		return nil
 	}
-	dir := filepath.Join(w.podDir(pod), podDirContainerData, c.Name)
+	dir := w.podDir(pod).ContainerDir(c.Name)
 	path := filepath.Join(dir, fmt.Sprintf("%08x", rand.Uint32()))
-	err := os.MkdirAll(dir, podDirMode)
+	err := os.MkdirAll(dir, poddir.DirMode)
 	if err == nil {
 		var f *os.File
 		if f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, terminationMessageMode); err == nil {

@@ -124,7 +124,7 @@ func TestWorkerWaitsForConfigMapThenStarts(t *testing.T) {
 		t.Errorf("hosts file %q (%v)", hosts, err)
 	}
 	msg := mounts["/dev/termination-log"]
-	if info, err := os.Stat(msg); err != nil || info.Size() != 0 || filepath.Dir(msg) != filepath.Join(h.w.podDir(pod), "containers", "a") {
+	if info, err := os.Stat(msg); err != nil || info.Size() != 0 || filepath.Dir(msg) != filepath.Join(h.w.podDir(pod).Dir(), "containers", "a") {
 		t.Errorf("termination message file %q: %v", msg, err)
 	}
 	if cfg.Linux.SecurityContext.GetRunAsUser() == nil {
@@ -135,7 +135,7 @@ func TestWorkerWaitsForConfigMapThenStarts(t *testing.T) {
 	deleted := pod.DeepCopy()
 	deleted.DeletionTimestamp = ptr.To(metav1.Now())
 	h.sync(deleted, false)
-	if _, err := os.Stat(h.w.podDir(pod)); !os.IsNotExist(err) {
+	if _, err := os.Stat(h.w.podDir(pod).Dir()); !os.IsNotExist(err) {
 		t.Errorf("pod directory left after deletion: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeagent/nodeagent/pkg/poddir"
 	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/status"
@@ -18,24 +19,20 @@ import (
 
 // Event reasons, as the kubelet names them.
 const (
-	eventCreated        = "Created"
-	eventStarted        = "Started"
-	eventFailed         = "Failed"
-	eventBackOff        = "BackOff"
-	eventKilling        = "Killing"
-	eventPulling        = "Pulling"
-	eventPulled         = "Pulled"
-	eventSandboxFailed  = "FailedCreatePodSandBox"
-	eventCgroupFailed   = "FailedCreatePodContainer"
-	reasonCrashLoop     = "CrashLoopBackOff"
-	reasonCreateError   = "CreateContainerError"
-	reasonStartError    = "RunContainerError"
-	reasonConfigError   = "CreateContainerConfigError"
-	podDirMode          = 0o750
-	logDirMode          = 0o755
-	podDirVolumes       = "volumes"
-	podDirPlugins       = "plugins"
-	podDirContainerData = "containers"
+	eventCreated       = "Created"
+	eventStarted       = "Started"
+	eventFailed        = "Failed"
+	eventBackOff       = "BackOff"
+	eventKilling       = "Killing"
+	eventPulling       = "Pulling"
+	eventPulled        = "Pulled"
+	eventSandboxFailed = "FailedCreatePodSandBox"
+	eventCgroupFailed  = "FailedCreatePodContainer"
+	reasonCrashLoop    = "CrashLoopBackOff"
+	reasonCreateError  = "CreateContainerError"
+	reasonStartError   = "RunContainerError"
+	reasonConfigError  = "CreateContainerConfigError"
+	logDirMode         = 0o755
 )
 
 // pass is one sync pass of a running pod: what it learns on the way (the
@@ -310,8 +307,9 @@ func ephemeralTarget(pod *v1.Pod, name string, observed *runtime.PodStatus) (str
 	return "", nil
 }
 
-func (w *Worker) podDir(pod *v1.Pod) string {
-	return filepath.Join(w.settings.rootDir, "pods", string(pod.UID))
+// podDir is where the pod's own files lie on the node.
+func (w *Worker) podDir(pod *v1.Pod) poddir.Pod {
+	return poddir.New(w.settings.rootDir).Pod(pod.UID)
 }
 
 // containerRef is the object events about one container refer to.

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeagent/nodeagent/pkg/expansion"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 )
 
@@ -218,38 +220,23 @@ func propagation(mode *v1.MountPropagationMode, c *v1.Container) (runtimeapi.Mou
 }
 
 // expandSubPathExpr expands $(VAR) references from the container's
-// environment; an unknown reference stays as written, as in env values.
-// The result must stay a relative path inside the volume.
+// environment. Unlike in a command, a variable that is unset or empty is
+// an error, as with the kubelet: "logs/$(POD_NAME)" must become neither
+// "logs/", which every pod would share, nor a directory literally named
+// "$(POD_NAME)". The result must stay a relative path inside the volume.
 func expandSubPathExpr(expr string, env map[string]string) (string, error) {
-	var b strings.Builder
-	for i := 0; i < len(expr); i++ {
-		if expr[i] != '$' || i+1 >= len(expr) {
-			b.WriteByte(expr[i])
-			continue
+	var missing []string
+	out := expansion.Expand(expr, func(name string) (string, bool) {
+		v := env[name]
+		if v == "" && !slices.Contains(missing, name) {
+			missing = append(missing, name)
 		}
-		switch expr[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(expr[i+2:], ')')
-			if end < 0 {
-				b.WriteString(expr[i:])
-				i = len(expr)
-				continue
-			}
-			name := expr[i+2 : i+2+end]
-			if v, ok := env[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(expr[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
+		return v, true
+	})
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return "", fmt.Errorf("missing value for %s", strings.Join(missing, ", "))
 	}
-	out := b.String()
 	if filepath.IsAbs(out) {
 		return "", fmt.Errorf("subPathExpr %q expands to the absolute path %q", expr, out)
 	}

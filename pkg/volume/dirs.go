@@ -28,7 +28,7 @@ func (m *Manager) VolumeDirs(pod *v1.Pod) []PodVolumeDir {
 		if p == nil || p.name() == hostPathPluginName || p.name() == imagePluginName {
 			continue
 		}
-		out = append(out, PodVolumeDir{Name: vol.Name, Plugin: p.name(), Path: m.layout.volumeDir(pod.UID, p.name(), vol.Name)})
+		out = append(out, PodVolumeDir{Name: vol.Name, Plugin: p.name(), Path: m.layout.Pod(pod.UID).VolumeDir(p.name(), vol.Name)})
 	}
 	return out
 }

@@ -7,13 +7,17 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
+// TestDownwardAPIPayload covers what the volume adds to pkg/downward,
+// whose table holds the values themselves: the volume's use of it (no
+// env-only fields, the node's allocatable for unset limits), the file
+// paths and modes, and errors that name the item.
 func TestDownwardAPIPayload(t *testing.T) {
 	alloc := v1.ResourceList{v1.ResourceCPU: mustQ("4"), v1.ResourceMemory: mustQ("8Gi")}
 	field := func(path string) v1.DownwardAPIVolumeFile {
 		return v1.DownwardAPIVolumeFile{Path: "f", FieldRef: &v1.ObjectFieldSelector{FieldPath: path}}
 	}
-	res := func(r, divisor string) v1.DownwardAPIVolumeFile {
-		f := v1.DownwardAPIVolumeFile{Path: "f", ResourceFieldRef: &v1.ResourceFieldSelector{ContainerName: "c", Resource: r}}
+	res := func(container, r, divisor string) v1.DownwardAPIVolumeFile {
+		f := v1.DownwardAPIVolumeFile{Path: "f", ResourceFieldRef: &v1.ResourceFieldSelector{ContainerName: container, Resource: r}}
 		if divisor != "" {
 			f.ResourceFieldRef.Divisor = mustQ(divisor)
 		}
@@ -25,22 +29,12 @@ func TestDownwardAPIPayload(t *testing.T) {
 		want    string
 		wantErr string
 	}{
-		{name: "name", item: field("metadata.name"), want: "web"},
-		{name: "namespace", item: field("metadata.namespace"), want: "ns"},
-		{name: "uid", item: field("metadata.uid"), want: "uid-1"},
 		{name: "labels", item: field("metadata.labels"), want: "app=\"web\"\ntier=\"front\""},
 		{name: "annotations quoted", item: field("metadata.annotations"), want: `note="a \"quoted\" value"`},
-		{name: "one label", item: field("metadata.labels['tier']"), want: "front"},
-		{name: "env-only field refused", item: field("status.podIP"), wantErr: "unsupported fieldPath"},
-		{name: "cpu request in millicores", item: res("requests.cpu", "1m"), want: "250"},
-		{name: "cpu request rounds up", item: res("requests.cpu", ""), want: "1"},
-		{name: "memory limit in Mi", item: res("limits.memory", "1Mi"), want: "128"},
-		{name: "memory request in bytes", item: res("requests.memory", ""), want: "67108864"},
-		{name: "cpu limit unset: allocatable", item: res("limits.cpu", ""), want: "4"},
-		{name: "cpu limit unset in millicores", item: res("limits.cpu", "1m"), want: "4000"},
-		{name: "unknown container", item: v1.DownwardAPIVolumeFile{Path: "f",
-			ResourceFieldRef: &v1.ResourceFieldSelector{ContainerName: "nope", Resource: "limits.cpu"}}, wantErr: `container "nope" not found`},
-		{name: "bad resource", item: res("cpu", ""), wantErr: "unsupported container resource"},
+		{name: "env-only field refused", item: field("status.podIP"), wantErr: "downwardAPI f: unsupported fieldPath: status.podIP"},
+		{name: "memory limit in Mi", item: res("c", "limits.memory", "1Mi"), want: "128"},
+		{name: "cpu limit unset: allocatable", item: res("c", "limits.cpu", "1m"), want: "4000"},
+		{name: "unknown container", item: res("nope", "limits.cpu", ""), wantErr: "downwardAPI f: container nope not found"},
 		{name: "empty item", item: v1.DownwardAPIVolumeFile{Path: "f"}, wantErr: "neither fieldRef nor resourceFieldRef"},
 	}
 	for _, tc := range tests {

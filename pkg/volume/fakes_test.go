@@ -137,7 +137,7 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{mgr: mgr, client: client, mounter: fm, clock: clk, tokens: tr, root: mgr.layout.root}
+	return &fixture{mgr: mgr, client: client, mounter: fm, clock: clk, tokens: tr, root: mgr.layout.Root()}
 }
 
 // basePod is the fixture's pod; tests add volumes with mutators.

@@ -18,7 +18,7 @@ func TestSlowPodDoesNotBlockOthers(t *testing.T) {
 	slow := basePod(withVolume("v", memory))
 	fast := basePod(withVolume("v", memory))
 	fast.UID = types.UID("uid-fast")
-	f.mounter.blockOn = f.mgr.layout.volumeDir(slow.UID, emptyDirPluginName, "v")
+	f.mounter.blockOn = f.mgr.layout.Pod(slow.UID).VolumeDir(emptyDirPluginName, "v")
 	f.mounter.release = make(chan struct{})
 	f.mounter.entered = make(chan struct{}, 1)
 

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodeagent/nodeagent/pkg/poddir"
 )
 
 // Config configures a Manager.
@@ -51,7 +53,7 @@ type Config struct {
 
 // Manager sets up and tears down the volumes of the pods on this node.
 type Manager struct {
-	layout  layout
+	layout  poddir.Layout
 	plugins []plugin
 	mounter mounter
 	tokens  *tokenSource
@@ -100,7 +102,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil
 	}
 	m := &Manager{
-		layout:  layout{root: filepath.Clean(cfg.RootDir)},
+		layout:  poddir.New(cfg.RootDir),
 		mounter: cfg.mounter,
 		tokens:  tokens,
 		pods:    map[types.UID]*podLock{},
@@ -116,15 +118,6 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	return m, nil
 }
-
-// PodDir is pods/<uid> under the root directory.
-func (m *Manager) PodDir(uid types.UID) string { return m.layout.podDir(uid) }
-
-// EtcHostsPath is where the pod's managed /etc/hosts lives.
-func (m *Manager) EtcHostsPath(uid types.UID) string { return m.layout.podEtcHosts(uid) }
-
-// ContainersDir is pods/<uid>/containers (termination logs live below it).
-func (m *Manager) ContainersDir(uid types.UID) string { return m.layout.podContainersDir(uid) }
 
 func (m *Manager) lockPod(uid types.UID) func() {
 	m.mu.Lock()
@@ -155,7 +148,7 @@ func (m *Manager) lockPod(uid types.UID) func() {
 // volume that failed (a *MountError each, joined), fit for a FailedMount
 // event; the pod must not start until MountPod returns nil.
 func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (Mounts, error) {
-	if !validUID(pod.UID) {
+	if !poddir.ValidUID(pod.UID) {
 		return nil, fmt.Errorf("pod %s/%s has an invalid UID %q", pod.Namespace, pod.Name, pod.UID)
 	}
 	log := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
@@ -186,7 +179,7 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (Mounts, error) {
 		mnt, err := p.setUp(ctx, &setUpRequest{
 			pod:           pod,
 			vol:           vol,
-			dir:           m.layout.volumeDir(pod.UID, p.name(), vol.Name),
+			dir:           m.layout.Pod(pod.UID).VolumeDir(p.name(), vol.Name),
 			fsGroup:       fsGroup,
 			fsGroupPolicy: fsGroupPolicy,
 		})
@@ -220,13 +213,9 @@ func (m *Manager) pluginByName(name string) plugin {
 }
 
 func (m *Manager) ensurePodDirs(uid types.UID) error {
-	for _, dir := range []string{
-		m.layout.podDir(uid),
-		m.layout.podVolumesDir(uid),
-		m.layout.podPluginsDir(uid),
-		m.layout.podContainersDir(uid),
-	} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+	pd := m.layout.Pod(uid)
+	for _, dir := range []string{pd.Dir(), pd.VolumesDir(), pd.PluginsDir(), pd.ContainersDir()} {
+		if err := os.MkdirAll(dir, poddir.DirMode); err != nil {
 			return fmt.Errorf("create pod directory: %w", err)
 		}
 	}

@@ -200,7 +200,7 @@ func TestMountPodKinds(t *testing.T) {
 				}
 				return
 			}
-			if want := f.mgr.layout.volumeDir(pod.UID, tc.plugin, "v"); m.HostPath != want {
+			if want := f.mgr.layout.Pod(pod.UID).VolumeDir(tc.plugin, "v"); m.HostPath != want {
 				t.Errorf("path = %s, want %s", m.HostPath, want)
 			}
 			for rel, want := range tc.files {

@@ -15,7 +15,7 @@ import (
 // bind-mounted onto itself first; one already shared is left alone, so a
 // restarted agent changes nothing.
 func (m *Manager) MakeRootShared() error {
-	root := m.layout.root
+	root := m.layout.Root()
 	mps, err := m.mounter.mountPoints()
 	if err != nil {
 		return err

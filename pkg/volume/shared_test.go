@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nodeagent/nodeagent/pkg/poddir"
 )
 
 func TestMakeRootShared(t *testing.T) {
@@ -32,7 +34,7 @@ func TestMakeRootShared(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fm := &fakeMounter{table: tt.table}
-			m := &Manager{layout: layout{root: root}, mounter: fm}
+			m := &Manager{layout: poddir.New(root), mounter: fm}
 			if err := m.MakeRootShared(); err != nil {
 				t.Fatal(err)
 			}

@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-)
 
-const subPathsDirName = "volume-subpaths"
+	"github.com/nodeagent/nodeagent/pkg/poddir"
+)
 
 // SubPathRequest names one volumeMount with a subPath.
 type SubPathRequest struct {
@@ -40,7 +39,7 @@ type SubPathRequest struct {
 // volume (openat2 RESOLVE_BENEATH), and the mount takes that file
 // (CVE-2017-1002101, CVE-2021-25741). Idempotent: an existing bind is kept.
 func (m *Manager) PrepareSubPath(ctx context.Context, req SubPathRequest) (string, error) {
-	if !validUID(req.PodUID) {
+	if !poddir.ValidUID(req.PodUID) {
 		return "", fmt.Errorf("invalid pod UID %q", req.PodUID)
 	}
 	if err := validateSubPath(req.SubPath); err != nil {
@@ -54,7 +53,7 @@ func (m *Manager) PrepareSubPath(ctx context.Context, req SubPathRequest) (strin
 	unlock := m.lockPod(req.PodUID)
 	defer unlock()
 
-	target := filepath.Join(m.layout.podDir(req.PodUID), subPathsDirName, req.Volume, req.Container, strconv.Itoa(req.MountIndex))
+	target := m.layout.Pod(req.PodUID).SubPath(req.Volume, req.Container, req.MountIndex)
 	mps, err := m.mounter.mountPoints()
 	if err != nil {
 		return "", err
@@ -72,7 +71,7 @@ func (m *Manager) PrepareSubPath(ctx context.Context, req SubPathRequest) (strin
 	if err := unix.Fstat(fd, &st); err != nil {
 		return "", fmt.Errorf("subPath %q: %w", req.SubPath, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(target), poddir.DirMode); err != nil {
 		return "", fmt.Errorf("subPath target: %w", err)
 	}
 	if err := makeMountTarget(target, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {

@@ -167,7 +167,7 @@ func TestUnmountPodDoesNotFollowSymlinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid := types.UID("uid-links")
-	vols := f.mgr.layout.podVolumesDir(uid)
+	vols := f.mgr.layout.Pod(uid).VolumesDir()
 	if err := os.MkdirAll(filepath.Join(vols, "kubernetes.io~empty-dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestUnmountPodDoesNotFollowSymlinks(t *testing.T) {
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "host" {
 		t.Fatalf("outside file damaged: %q %v", b, err)
 	}
-	if _, err := os.Lstat(f.mgr.PodDir(uid)); !os.IsNotExist(err) {
+	if _, err := os.Lstat(f.mgr.layout.Pod(uid).Dir()); !os.IsNotExist(err) {
 		t.Errorf("pod dir left: %v", err)
 	}
 }

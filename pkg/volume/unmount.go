@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/poddir"
 )
 
 // UnmountPod tears down every volume of the pod and removes its directory.
@@ -18,15 +20,15 @@ import (
 // directory is success. Symlinks are removed, never followed, and nothing
 // is removed while a mount remains below the pod directory.
 func (m *Manager) UnmountPod(ctx context.Context, uid types.UID) error {
-	if !validUID(uid) {
+	if !poddir.ValidUID(uid) {
 		return fmt.Errorf("invalid pod UID %q", uid)
 	}
 	log := klog.FromContext(ctx).WithValues("podUID", uid)
 	unlock := m.lockPod(uid)
 	defer unlock()
 
-	podDir := m.layout.podDir(uid)
-	fi, err := os.Lstat(podDir)
+	pd := m.layout.Pod(uid)
+	fi, err := os.Lstat(pd.Dir())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		m.forget(uid)
@@ -35,7 +37,7 @@ func (m *Manager) UnmountPod(ctx context.Context, uid types.UID) error {
 		return fmt.Errorf("unmount pod %s: %w", uid, err)
 	case fi.IsDir():
 		// Subpath binds first: they pin the volumes below them.
-		if err := removeDir(m.mounter, filepath.Join(podDir, subPathsDirName)); err != nil {
+		if err := removeDir(m.mounter, pd.SubPathsDir()); err != nil {
 			return fmt.Errorf("unmount pod %s: %w", uid, err)
 		}
 		vols, err := m.volumesOnDisk(uid)
@@ -54,7 +56,7 @@ func (m *Manager) UnmountPod(ctx context.Context, uid types.UID) error {
 			return fmt.Errorf("unmount pod %s: %w", uid, err)
 		}
 	}
-	if err := removeDir(m.mounter, podDir); err != nil {
+	if err := removeDir(m.mounter, pd.Dir()); err != nil {
 		return fmt.Errorf("unmount pod %s: %w", uid, err)
 	}
 	m.forget(uid)
@@ -86,7 +88,7 @@ type volumeOnDisk struct {
 // are descended into; a symlink in their place is left for removeDir,
 // which deletes the link itself.
 func (m *Manager) volumesOnDisk(uid types.UID) ([]volumeOnDisk, error) {
-	volsDir := m.layout.podVolumesDir(uid)
+	volsDir := m.layout.Pod(uid).VolumesDir()
 	plugins, err := os.ReadDir(volsDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -108,7 +110,7 @@ func (m *Manager) volumesOnDisk(uid types.UID) ([]volumeOnDisk, error) {
 				continue
 			}
 			out = append(out, volumeOnDisk{
-				pluginName: unescapePluginName(pe.Name()),
+				pluginName: poddir.UnescapePluginName(pe.Name()),
 				name:       ve.Name(),
 				dir:        filepath.Join(volsDir, pe.Name(), ve.Name()),
 			})
@@ -130,7 +132,7 @@ type ReconstructedPod struct {
 // the agent must clean up even when the apiserver no longer has them. It
 // reads one directory and no mount table, as admission asks for each pod.
 func (m *Manager) PodUIDs() ([]types.UID, error) {
-	entries, err := os.ReadDir(m.layout.podsDir())
+	entries, err := os.ReadDir(m.layout.PodsDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -139,7 +141,7 @@ func (m *Manager) PodUIDs() ([]types.UID, error) {
 	}
 	var uids []types.UID
 	for _, e := range entries {
-		if uid := types.UID(e.Name()); e.IsDir() && validUID(uid) {
+		if uid := types.UID(e.Name()); e.IsDir() && poddir.ValidUID(uid) {
 			uids = append(uids, uid)
 		}
 	}
@@ -152,7 +154,7 @@ func (m *Manager) PodUIDs() ([]types.UID, error) {
 // mounts in place; a pod no longer wanted is passed to UnmountPod.
 func (m *Manager) Reconstruct(ctx context.Context) ([]ReconstructedPod, error) {
 	log := klog.FromContext(ctx)
-	entries, err := os.ReadDir(m.layout.podsDir())
+	entries, err := os.ReadDir(m.layout.PodsDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -166,7 +168,7 @@ func (m *Manager) Reconstruct(ctx context.Context) ([]ReconstructedPod, error) {
 	var pods []ReconstructedPod
 	for _, e := range entries {
 		uid := types.UID(e.Name())
-		if !e.IsDir() || !validUID(uid) {
+		if !e.IsDir() || !poddir.ValidUID(uid) {
 			continue
 		}
 		vols, err := m.volumesOnDisk(uid)
@@ -177,7 +179,7 @@ func (m *Manager) Reconstruct(ctx context.Context) ([]ReconstructedPod, error) {
 		for _, v := range vols {
 			rp.Volumes[v.name] = v.pluginName
 		}
-		for _, mp := range mountsUnder(mps, m.layout.podDir(uid)) {
+		for _, mp := range mountsUnder(mps, m.layout.Pod(uid).Dir()) {
 			rp.MountPoints = append(rp.MountPoints, mp.path)
 		}
 		log.V(4).Info("Reconstructed pod volumes", "podUID", uid, "volumes", len(rp.Volumes), "mounts", len(rp.MountPoints))
