@@ -1,6 +1,9 @@
-// Package sync runs pods: one worker goroutine per pod decides, from the
-// pod's spec and what the runtime shows, what to start and what to kill,
-// and does it.
+// Package sync runs pods. The Dispatcher admits each new pod and gives it
+// one worker goroutine; the worker asks decide (decide.go), a pure
+// function of the pod's state, its spec, what the runtime shows and the
+// time, for the next step of the pod's life, carries the step out, and
+// advances the state with the outcome. computePodActions, below, plans
+// what a running pod needs started and killed.
 package sync
 
 import (

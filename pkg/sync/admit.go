@@ -18,11 +18,6 @@ import (
 // listed every pod bound here; it only waits for that once, at start.
 const sourceSyncPoll = 50 * time.Millisecond
 
-// pendingPod is a pod waiting to be admitted: its latest spec.
-type pendingPod struct {
-	pod *v1.Pod
-}
-
 // queueLocked starts the worker of a pod new to the agent, or queues the
 // pod for admission. A pod that already ran (known: it has something in
 // the runtime or on disk; or a start time from an earlier run of the
@@ -30,8 +25,8 @@ type pendingPod struct {
 // restarted agent never rejects what it admitted; nor is a pod that is
 // ending anyway. d.mu is held.
 func (d *Dispatcher) queueLocked(pod *v1.Pod, known bool) {
-	if p, ok := d.pending[pod.UID]; ok {
-		p.pod = pod
+	if _, ok := d.pending[pod.UID]; ok {
+		d.pending[pod.UID] = pod
 	} else if d.cfg.Admitter == nil || !needsAdmission(pod) || known {
 		w := d.newWorker(pod)
 		// A pod deleted before it ever ran here holds nothing.
@@ -39,7 +34,7 @@ func (d *Dispatcher) queueLocked(pod *v1.Pod, known bool) {
 		d.startLocked(w)
 		return
 	} else {
-		d.pending[pod.UID] = &pendingPod{pod: pod}
+		d.pending[pod.UID] = pod
 	}
 	select {
 	case d.admitWake <- struct{}{}:
@@ -87,8 +82,8 @@ func (d *Dispatcher) admitLoop(ctx context.Context) {
 func (d *Dispatcher) admitPending(ctx context.Context) {
 	d.mu.Lock()
 	queue := make([]*v1.Pod, 0, len(d.pending))
-	for _, p := range d.pending {
-		queue = append(queue, p.pod)
+	for _, pod := range d.pending {
+		queue = append(queue, pod)
 	}
 	d.mu.Unlock()
 	slices.SortFunc(queue, func(a, b *v1.Pod) int {
@@ -108,12 +103,11 @@ func (d *Dispatcher) admitPending(ctx context.Context) {
 // admit judges one pending pod, if it still is, and starts its worker.
 func (d *Dispatcher) admit(ctx context.Context, uid types.UID) {
 	d.mu.Lock()
-	p, ok := d.pending[uid]
+	pod, ok := d.pending[uid]
 	if !ok {
 		d.mu.Unlock()
 		return
 	}
-	pod := p.pod
 	admitted := d.admittedLocked()
 	d.mu.Unlock()
 

@@ -109,10 +109,10 @@ type Dispatcher struct {
 	workers map[types.UID]*Worker
 	wg      gosync.WaitGroup
 
-	// pending are the pods waiting for admission, judged one at a time in
-	// the order they were created by the admission loop, which admitWake
-	// wakes.
-	pending   map[types.UID]*pendingPod
+	// pending are the pods waiting for admission (their latest spec),
+	// judged one at a time in the order they were created by the
+	// admission loop, which admitWake wakes.
+	pending   map[types.UID]*v1.Pod
 	admitWake chan struct{}
 	// listed says whether every pod bound here is known (admission waits).
 	listed func() bool
@@ -165,7 +165,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, workers: map[types.UID]*Worker{}, listed: listed,
-		pending: map[types.UID]*pendingPod{}, admitWake: make(chan struct{}, 1),
+		pending: map[types.UID]*v1.Pod{}, admitWake: make(chan struct{}, 1),
 		deps: &deps{
 			runtime: cfg.Runtime, images: cfg.Images, cache: cfg.Cache, relister: cfg.Relister,
 			status: cfg.Status, events: cfg.Recorder, secrets: cfg.Secrets, volumes: cfg.Volumes,
