@@ -180,7 +180,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Resources:             containerResourceOptions(cfg, machine),
 		Cgroups:               cg,
 		Admitter:              admitter,
-		Node:                  admissionNode(client, cfg, capacity),
+		Node:                  nodeCtrl.AdmissionNode,
 		RootDir:               cfg.rootDir,
 		NodeIPs:               hostIPs(cfg),
 		RuntimeName:           version.RuntimeName,

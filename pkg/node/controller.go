@@ -33,7 +33,14 @@ type Controller struct {
 	mu  sync.Mutex
 	uid types.UID // the registered Node's UID, read by the lease renewer
 
-	allocatable func() v1.ResourceList // read once
+	// resources are the capacity and allocatable, read from the machine once.
+	resources func() machineResources
+}
+
+// machineResources are what pods may use here; both nil when the machine
+// could not be read.
+type machineResources struct {
+	capacity, allocatable v1.ResourceList
 }
 
 // New validates cfg and builds a Controller.
@@ -43,7 +50,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	cfg.setDefaults()
 	c := &Controller{cfg: cfg, health: runtimeHealth{downAfter: cfg.RuntimeDownAfter}}
-	c.allocatable = sync.OnceValue(c.readAllocatable)
+	c.resources = sync.OnceValue(c.readResources)
 	c.lease = &leaseRenewer{
 		client:          cfg.Client,
 		clock:           cfg.Clock,
@@ -166,13 +173,14 @@ func (c *Controller) addresses() ([]v1.NodeAddress, error) {
 // default of a container's limits in the downward API. Nil if the machine
 // cannot be read.
 func (c *Controller) Allocatable() v1.ResourceList {
-	return c.allocatable()
+	return c.resources().allocatable
 }
 
-func (c *Controller) readAllocatable() v1.ResourceList {
+func (c *Controller) readResources() machineResources {
 	m, err := c.cfg.Host.Read()
 	if err != nil {
-		return nil
+		return machineResources{}
 	}
-	return allocatable(capacity(m, c.cfg.MaxPods), c.cfg.KubeReserved, c.cfg.SystemReserved, c.cfg.EvictionHard)
+	capa := capacity(m, c.cfg.MaxPods)
+	return machineResources{capacity: capa, allocatable: allocatable(capa, c.cfg.KubeReserved, c.cfg.SystemReserved, c.cfg.EvictionHard)}
 }
