@@ -229,7 +229,6 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return nodeAPI.Run(gctx) })
 	g.Go(func() error { return nodeStats.Run(gctx) })
 	g.Go(func() error { return nodeCtrl.Run(gctx) })
-	g.Go(func() error { return syncPodCIDR(gctx, client, cri, cfg.nodeName) })
 	g.Go(func() error { return statusMgr.Run(gctx) })
 	g.Go(func() error { return podEvents.Run(gctx) })
 	g.Go(func() error { return probes.Run(gctx) })

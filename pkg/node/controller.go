@@ -20,11 +20,13 @@ const (
 	registerRetryMax     = 7 * time.Second
 )
 
-// Controller registers the Node and keeps its status and Lease current.
+// Controller registers the Node and keeps its status and Lease current,
+// and hands the runtime the Node's pod CIDR.
 type Controller struct {
-	cfg    Config
-	health runtimeHealth
-	lease  *leaseRenewer
+	cfg     Config
+	health  runtimeHealth
+	lease   *leaseRenewer
+	podCIDR *podCIDRSyncer
 
 	// registered is false until the Node exists, and again after it was deleted.
 	registered bool
@@ -58,6 +60,13 @@ func New(cfg Config) (*Controller, error) {
 		durationSeconds: cfg.LeaseDurationSeconds,
 		nodeUID:         c.nodeUID,
 	}
+	c.podCIDR = &podCIDRSyncer{
+		client:   cfg.Client,
+		runtime:  cfg.Runtime,
+		clock:    cfg.Clock,
+		nodeName: cfg.NodeName,
+		period:   cfg.PodCIDRPollPeriod,
+	}
 	return c, nil
 }
 
@@ -73,16 +82,21 @@ func (c *Controller) setNodeUID(uid types.UID) {
 	c.uid = uid
 }
 
-// Run registers the Node, then keeps its status and Lease current until
-// ctx ends. It returns once both loops have stopped.
+// Run registers the Node, then keeps its status and Lease current and
+// its pod CIDR handed to the runtime until ctx ends. It returns once every
+// loop has stopped.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("node", klog.KRef("", c.cfg.NodeName))
 	ctx = klog.NewContext(ctx, logger)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.lease.run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		c.podCIDR.run(ctx)
 	}()
 
 	retry := registerRetryInitial
