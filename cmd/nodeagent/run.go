@@ -156,7 +156,12 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	var source *config.APISource
+	// The source comes before the dispatcher, which asks it whether every
+	// pod has been listed; the dispatcher is its handler once built.
+	source, err := config.NewAPISource(config.Config{Client: client, NodeName: cfg.nodeName})
+	if err != nil {
+		return err
+	}
 	env, envInformers := newEnvSource(client)
 	var cg podsync.PodCgroups
 	if podCgroups != nil {
@@ -185,7 +190,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		NodeIPs:               hostIPs(cfg),
 		RuntimeName:           version.RuntimeName,
 		Known:                 func() []runtime.PodRef { return knownPods(ctx, podEvents.Cache().UIDs(), volumes, podCgroups) },
-		SourceSynced:          func() bool { return source.HasSynced() },
+		SourceSynced:          source.HasSynced,
 		MaxRestartBackoff:     maxRestartBackoff(kc),
 		MaxParallelImagePulls: maxParallelImagePulls(kc),
 		Metrics:               agentMetrics,
@@ -193,7 +198,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	if source, err = config.NewAPISource(config.Config{Client: client, NodeName: cfg.nodeName, Handler: dispatcher}); err != nil {
+	if err := source.SetHandler(dispatcher); err != nil {
 		return err
 	}
 
