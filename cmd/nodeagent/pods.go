@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"path"
 	"path/filepath"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
@@ -31,10 +29,6 @@ const eventComponent = "kubelet"
 // seccompDir holds Localhost seccomp profiles under the root dir, where
 // the kubelet looks for them.
 const seccompDir = "seccomp"
-
-// podCIDRPollPeriod is how often the node's pod CIDR is looked up until
-// the controller manager has assigned one.
-const podCIDRPollPeriod = 5 * time.Second
 
 // newEventRecorder starts an event broadcaster writing core/v1 events
 // and returns its recorder and a function stopping it.
@@ -85,39 +79,6 @@ func hostIPs(cfg *agentConfig) []string {
 		}
 	}
 	return out
-}
-
-// runtimeConfigUpdater is the part of the runtime told the pod CIDR.
-type runtimeConfigUpdater interface {
-	UpdateRuntimeConfig(ctx context.Context, runtimeConfig *runtimeapi.RuntimeConfig) error
-}
-
-// syncPodCIDR hands the runtime the node's spec.podCIDR once it is known,
-// and again whenever it changes, as the kubelet does. It returns when ctx
-// ends.
-func syncPodCIDR(ctx context.Context, client kubernetes.Interface, rt runtimeConfigUpdater, nodeName string) error {
-	logger := klog.FromContext(ctx)
-	sent := ""
-	t := time.NewTicker(podCIDRPollPeriod)
-	defer t.Stop()
-	for {
-		node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err == nil && node.Spec.PodCIDR != "" && node.Spec.PodCIDR != sent {
-			if _, _, perr := net.ParseCIDR(node.Spec.PodCIDR); perr != nil {
-				logger.Info("Ignoring an invalid pod CIDR", "podCIDR", node.Spec.PodCIDR)
-			} else if err := rt.UpdateRuntimeConfig(ctx, &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: node.Spec.PodCIDR}}); err != nil {
-				logger.Info("Handing the pod CIDR to the runtime failed", "err", err.Error())
-			} else {
-				logger.Info("Handed the pod CIDR to the runtime", "podCIDR", node.Spec.PodCIDR)
-				sent = node.Spec.PodCIDR
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
 }
 
 // maxRestartBackoff is crashLoopBackOff.maxContainerRestartPeriod, or zero

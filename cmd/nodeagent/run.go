@@ -74,9 +74,39 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
-	var podEvents *pleg.PLEG // built below; the node's readiness includes its health
+	// The machine's facts size the pods: memory capacity for OOM scores,
+	// capacity and allocatable for the kubepods cgroup and admission.
+	machine, err := node.HostReader{RootDir: cfg.rootDir}.Read()
+	if err != nil {
+		return err
+	}
+	capacity := node.Capacity(machine, kc.MaxPods)
+	podCgroups, err := startCgroups(ctx, cfg, capacity)
+	if err != nil {
+		return err
+	}
+
+	admitter, err := admission.New(admission.Config{AllowedUnsafeSysctls: kc.AllowedUnsafeSysctls, KernelVersion: machine.KernelVersion})
+	if err != nil {
+		return err
+	}
+
+	recorder, stopEvents := newEventRecorder(ctx, client, cfg.nodeName)
+	defer stopEvents()
+	statusMgr, err := status.NewManager(status.Config{Client: client})
+	if err != nil {
+		return err
+	}
+	// The PLEG and the prober wake pods' workers in the dispatcher, which
+	// is built after them; wakeups is bound to it before anything runs.
+	wakeups := &podWakeups{}
+	podEvents, err := pleg.New(pleg.Config{Runtime: cri, OnChange: wakeups.wake, Metrics: agentMetrics})
+	if err != nil {
+		return err
+	}
 	nodeCtrl, err := node.New(node.Config{
-		HealthChecks:           []node.HealthCheck{{Name: "PLEG", Check: func() error { return podEvents.Healthy() }}},
+		// The node's readiness includes the PLEG's health, as a kubelet's.
+		HealthChecks:           []node.HealthCheck{{Name: "PLEG", Check: podEvents.Healthy}},
 		NodeName:               cfg.nodeName,
 		Hostname:               cfg.hostname,
 		Client:                 client,
@@ -104,35 +134,6 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-
-	// The machine's facts size the pods: memory capacity for OOM scores,
-	// capacity and allocatable for the kubepods cgroup and admission.
-	machine, err := node.HostReader{RootDir: cfg.rootDir}.Read()
-	if err != nil {
-		return err
-	}
-	capacity := node.Capacity(machine, kc.MaxPods)
-	podCgroups, err := startCgroups(ctx, cfg, capacity)
-	if err != nil {
-		return err
-	}
-
-	admitter, err := admission.New(admission.Config{AllowedUnsafeSysctls: kc.AllowedUnsafeSysctls, KernelVersion: machine.KernelVersion})
-	if err != nil {
-		return err
-	}
-
-	recorder, stopEvents := newEventRecorder(ctx, client, cfg.nodeName)
-	defer stopEvents()
-	statusMgr, err := status.NewManager(status.Config{Client: client})
-	if err != nil {
-		return err
-	}
-	var dispatcher *podsync.Dispatcher
-	podEvents, err = pleg.New(pleg.Config{Runtime: cri, OnChange: func(ref runtime.PodRef) { dispatcher.Wake(ref) }, Metrics: agentMetrics})
-	if err != nil {
-		return err
-	}
 	volumes, err := volume.NewManager(volume.Config{
 		RootDir:     cfg.rootDir,
 		Client:      client,
@@ -149,20 +150,25 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	probes, err := probe.NewManager(probe.Config{
 		Exec:     cri,
 		Recorder: recorder,
-		OnChange: func(uid types.UID) { dispatcher.WakePod(uid) },
+		OnChange: wakeups.wakePod,
 		Version:  majorMinor(cfg.version),
 		Metrics:  agentMetrics,
 	})
 	if err != nil {
 		return err
 	}
-	var source *config.APISource
+	// The source comes before the dispatcher, which asks it whether every
+	// pod has been listed; the dispatcher is its handler once built.
+	source, err := config.NewAPISource(config.Config{Client: client, NodeName: cfg.nodeName})
+	if err != nil {
+		return err
+	}
 	env, envInformers := newEnvSource(client)
 	var cg podsync.PodCgroups
 	if podCgroups != nil {
 		cg = podCgroups
 	}
-	dispatcher, err = podsync.NewDispatcher(podsync.Config{
+	dispatcher, err := podsync.NewDispatcher(podsync.Config{
 		Runtime:               cri,
 		Images:                cri,
 		Cache:                 podEvents.Cache(),
@@ -180,12 +186,12 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Resources:             containerResourceOptions(cfg, machine),
 		Cgroups:               cg,
 		Admitter:              admitter,
-		Node:                  admissionNode(client, cfg, capacity),
+		Node:                  nodeCtrl.AdmissionNode,
 		RootDir:               cfg.rootDir,
 		NodeIPs:               hostIPs(cfg),
 		RuntimeName:           version.RuntimeName,
 		Known:                 func() []runtime.PodRef { return knownPods(ctx, podEvents.Cache().UIDs(), volumes, podCgroups) },
-		SourceSynced:          func() bool { return source.HasSynced() },
+		SourceSynced:          source.HasSynced,
 		MaxRestartBackoff:     maxRestartBackoff(kc),
 		MaxParallelImagePulls: maxParallelImagePulls(kc),
 		Metrics:               agentMetrics,
@@ -193,7 +199,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	if source, err = config.NewAPISource(config.Config{Client: client, NodeName: cfg.nodeName, Handler: dispatcher}); err != nil {
+	wakeups.bind(dispatcher)
+	if err := source.SetHandler(dispatcher); err != nil {
 		return err
 	}
 
@@ -207,14 +214,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-
-	g, gctx := errgroup.WithContext(ctx)
+	var healthz *server.Healthz
 	if port := *kc.HealthzPort; port > 0 {
-		healthz, err := server.NewHealthz(server.HealthzConfig{BindAddress: kc.HealthzBindAddress, Port: port})
-		if err != nil {
+		if healthz, err = server.NewHealthz(server.HealthzConfig{BindAddress: kc.HealthzBindAddress, Port: port}); err != nil {
 			return err
 		}
-		g.Go(func() error { return healthz.Run(gctx) })
 	}
 	nodeStats, err := newStatsProvider(ctx, cfg, cri, dispatcher.Pods, podCgroups, volumes, started)
 	if err != nil {
@@ -226,10 +230,15 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+
+	// Everything is built; start it all.
+	g, gctx := errgroup.WithContext(ctx)
+	if healthz != nil {
+		g.Go(func() error { return healthz.Run(gctx) })
+	}
 	g.Go(func() error { return nodeAPI.Run(gctx) })
 	g.Go(func() error { return nodeStats.Run(gctx) })
 	g.Go(func() error { return nodeCtrl.Run(gctx) })
-	g.Go(func() error { return syncPodCIDR(gctx, client, cri, cfg.nodeName) })
 	g.Go(func() error { return statusMgr.Run(gctx) })
 	g.Go(func() error { return podEvents.Run(gctx) })
 	g.Go(func() error { return probes.Run(gctx) })

@@ -5,6 +5,8 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,70 +30,117 @@ type Config struct {
 	Client kubernetes.Interface
 	// NodeName selects the pods bound here (spec.nodeName).
 	NodeName string
-	// Handler gets every add, update and removal.
-	Handler Handler
 }
 
-// APISource watches the pods bound to this node.
+// APISource watches the pods bound to this node and hands every add,
+// update and removal to its handler.
 type APISource struct {
-	cfg      Config
 	informer cache.SharedIndexInformer
-	// handlerSynced is true once the handler itself has been given every
-	// pod of the first list, not merely the informer's store.
+
+	mu sync.Mutex
+	// handlerSynced is nil until SetHandler, then true once the handler
+	// itself has been given every pod of the first list, not merely the
+	// informer's store.
 	handlerSynced func() bool
+	running       bool
 }
 
-// NewAPISource builds the source; Run starts watching.
+// NewAPISource builds the source; SetHandler names its handler and Run
+// starts watching.
 func NewAPISource(cfg Config) (*APISource, error) {
-	if cfg.Client == nil || cfg.NodeName == "" || cfg.Handler == nil {
-		return nil, errors.New("config: Client, NodeName and Handler are required")
+	if cfg.Client == nil || cfg.NodeName == "" {
+		return nil, errors.New("config: Client and NodeName are required")
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+			o.FieldSelector = podsOfNode(cfg.NodeName)
 		}))
-	inf := factory.Core().V1().Pods().Informer()
-	s := &APISource{cfg: cfg, informer: inf}
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.upsert(obj) },
-		UpdateFunc: func(_, obj any) { s.upsert(obj) },
-		DeleteFunc: s.remove,
+	return &APISource{informer: factory.Core().V1().Pods().Informer()}, nil
+}
+
+// podsOfNode is the field selector of the pods bound to the node. The
+// apiserver applies it: the source never sees another node's pods.
+func podsOfNode(nodeName string) string {
+	return fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+}
+
+// SetHandler names the handler given every add, update and removal. It is
+// called once, before Run. The handler is not part of Config because it is
+// built after the source: the pod dispatcher reads HasSynced to tell an
+// orphan from a pod not listed yet, so the source exists first and the
+// dispatcher subscribes to it once built.
+func (s *APISource) SetHandler(h Handler) error {
+	if h == nil {
+		return errors.New("config: nil handler")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.running:
+		return errors.New("config: SetHandler after Run")
+	case s.handlerSynced != nil:
+		return errors.New("config: SetHandler called twice")
+	}
+	reg, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { upsert(h, obj) },
+		UpdateFunc: func(_, obj any) { upsert(h, obj) },
+		DeleteFunc: func(obj any) { remove(h, obj) },
 	})
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("config: add pod handler: %w", err)
 	}
 	s.handlerSynced = reg.HasSynced
-	return s, nil
+	return nil
 }
 
-func (s *APISource) upsert(obj any) {
+func upsert(h Handler, obj any) {
 	if pod, ok := obj.(*v1.Pod); ok {
-		s.cfg.Handler.UpsertPod(pod)
+		h.UpsertPod(pod)
 	}
 }
 
-func (s *APISource) remove(obj any) {
+// remove hands over a deleted pod, also one whose deletion the watch
+// missed (the informer then knows only its last state).
+func remove(h Handler, obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
 	if pod, ok := obj.(*v1.Pod); ok {
-		s.cfg.Handler.RemovePod(pod)
+		h.RemovePod(pod)
 	}
 }
 
 // HasSynced reports whether the handler has been given every pod of the
 // first list: only then is a pod in the runtime but not here an orphan.
-func (s *APISource) HasSynced() bool { return s.handlerSynced() }
+// It is false before SetHandler.
+func (s *APISource) HasSynced() bool {
+	s.mu.Lock()
+	synced := s.handlerSynced
+	s.mu.Unlock()
+	return synced != nil && synced()
+}
 
-// Run watches until ctx ends.
+// Run watches until ctx ends. SetHandler must have been called.
 func (s *APISource) Run(ctx context.Context) error {
+	s.mu.Lock()
+	synced, running := s.handlerSynced, s.running
+	s.running = true
+	s.mu.Unlock()
+	switch {
+	case synced == nil:
+		return errors.New("config: Run before SetHandler")
+	case running:
+		return errors.New("config: Run called twice")
+	}
 	logger := klog.FromContext(ctx).WithName("podsource")
-	go func() {
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		start := time.Now()
-		if cache.WaitForCacheSync(ctx.Done(), s.handlerSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), synced) {
 			logger.V(2).Info("Listed the pods bound to this node", "duration", time.Since(start))
 		}
-	}()
+	})
 	s.informer.RunWithContext(klog.NewContext(ctx, logger))
+	wg.Wait()
 	return nil
 }

@@ -21,6 +21,8 @@ type Runtime interface {
 	Version(ctx context.Context) (*runtimeapi.VersionResponse, error)
 	Status(ctx context.Context) (*runtimeapi.StatusResponse, error)
 	ListImages(ctx context.Context) ([]*runtimeapi.Image, error)
+	// UpdateRuntimeConfig hands the runtime the node's pod CIDR.
+	UpdateRuntimeConfig(ctx context.Context, runtimeConfig *runtimeapi.RuntimeConfig) error
 }
 
 // Host reads the machine facts reported in the Node's status.
@@ -84,6 +86,9 @@ type Config struct {
 	HealthChecks []HealthCheck
 	// RuntimeCallTimeout bounds each runtime probe. Zero means 10s.
 	RuntimeCallTimeout time.Duration
+	// PodCIDRPollPeriod is how often the Node is read for a new
+	// spec.podCIDR to hand the runtime. Zero means 5s.
+	PodCIDRPollPeriod time.Duration
 
 	// KubeletPort is daemonEndpoints.kubeletEndpoint.Port.
 	KubeletPort int32
@@ -134,6 +139,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RuntimeCallTimeout <= 0 {
 		c.RuntimeCallTimeout = 10 * time.Second
+	}
+	if c.PodCIDRPollPeriod <= 0 {
+		c.PodCIDRPollPeriod = defaultPodCIDRPollPeriod
 	}
 }
 

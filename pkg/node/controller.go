@@ -20,11 +20,13 @@ const (
 	registerRetryMax     = 7 * time.Second
 )
 
-// Controller registers the Node and keeps its status and Lease current.
+// Controller registers the Node and keeps its status and Lease current,
+// and hands the runtime the Node's pod CIDR.
 type Controller struct {
-	cfg    Config
-	health runtimeHealth
-	lease  *leaseRenewer
+	cfg     Config
+	health  runtimeHealth
+	lease   *leaseRenewer
+	podCIDR *podCIDRSyncer
 
 	// registered is false until the Node exists, and again after it was deleted.
 	registered bool
@@ -33,7 +35,14 @@ type Controller struct {
 	mu  sync.Mutex
 	uid types.UID // the registered Node's UID, read by the lease renewer
 
-	allocatable func() v1.ResourceList // read once
+	// resources are the capacity and allocatable, read from the machine once.
+	resources func() machineResources
+}
+
+// machineResources are what pods may use here; both nil when the machine
+// could not be read.
+type machineResources struct {
+	capacity, allocatable v1.ResourceList
 }
 
 // New validates cfg and builds a Controller.
@@ -43,13 +52,20 @@ func New(cfg Config) (*Controller, error) {
 	}
 	cfg.setDefaults()
 	c := &Controller{cfg: cfg, health: runtimeHealth{downAfter: cfg.RuntimeDownAfter}}
-	c.allocatable = sync.OnceValue(c.readAllocatable)
+	c.resources = sync.OnceValue(c.readResources)
 	c.lease = &leaseRenewer{
 		client:          cfg.Client,
 		clock:           cfg.Clock,
 		nodeName:        cfg.NodeName,
 		durationSeconds: cfg.LeaseDurationSeconds,
 		nodeUID:         c.nodeUID,
+	}
+	c.podCIDR = &podCIDRSyncer{
+		client:   cfg.Client,
+		runtime:  cfg.Runtime,
+		clock:    cfg.Clock,
+		nodeName: cfg.NodeName,
+		period:   cfg.PodCIDRPollPeriod,
 	}
 	return c, nil
 }
@@ -66,16 +82,21 @@ func (c *Controller) setNodeUID(uid types.UID) {
 	c.uid = uid
 }
 
-// Run registers the Node, then keeps its status and Lease current until
-// ctx ends. It returns once both loops have stopped.
+// Run registers the Node, then keeps its status and Lease current and
+// its pod CIDR handed to the runtime until ctx ends. It returns once every
+// loop has stopped.
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("node", klog.KRef("", c.cfg.NodeName))
 	ctx = klog.NewContext(ctx, logger)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.lease.run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		c.podCIDR.run(ctx)
 	}()
 
 	retry := registerRetryInitial
@@ -166,13 +187,14 @@ func (c *Controller) addresses() ([]v1.NodeAddress, error) {
 // default of a container's limits in the downward API. Nil if the machine
 // cannot be read.
 func (c *Controller) Allocatable() v1.ResourceList {
-	return c.allocatable()
+	return c.resources().allocatable
 }
 
-func (c *Controller) readAllocatable() v1.ResourceList {
+func (c *Controller) readResources() machineResources {
 	m, err := c.cfg.Host.Read()
 	if err != nil {
-		return nil
+		return machineResources{}
 	}
-	return allocatable(capacity(m, c.cfg.MaxPods), c.cfg.KubeReserved, c.cfg.SystemReserved, c.cfg.EvictionHard)
+	capa := capacity(m, c.cfg.MaxPods)
+	return machineResources{capacity: capa, allocatable: allocatable(capa, c.cfg.KubeReserved, c.cfg.SystemReserved, c.cfg.EvictionHard)}
 }

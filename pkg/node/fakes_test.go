@@ -24,6 +24,10 @@ type fakeRuntime struct {
 	networkReady bool
 	images       []*runtimeapi.Image
 	calls        []string
+	// podCIDRs are the pod CIDRs UpdateRuntimeConfig accepted, in order.
+	podCIDRs []string
+	// configErr fails UpdateRuntimeConfig.
+	configErr error
 }
 
 var _ Runtime = (*fakeRuntime)(nil)
@@ -78,6 +82,27 @@ func (f *fakeRuntime) ListImages(context.Context) ([]*runtimeapi.Image, error) {
 		return nil, errRuntimeDown
 	}
 	return f.images, nil
+}
+
+func (f *fakeRuntime) UpdateRuntimeConfig(_ context.Context, cfg *runtimeapi.RuntimeConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "UpdateRuntimeConfig")
+	switch {
+	case f.down:
+		return errRuntimeDown
+	case f.configErr != nil:
+		return f.configErr
+	}
+	f.podCIDRs = append(f.podCIDRs, cfg.GetNetworkConfig().GetPodCidr())
+	return nil
+}
+
+// sentPodCIDRs returns what UpdateRuntimeConfig accepted so far.
+func (f *fakeRuntime) sentPodCIDRs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.podCIDRs...)
 }
 
 // fakeHost returns fixed machine facts.

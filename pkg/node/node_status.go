@@ -30,6 +30,15 @@ type observation struct {
 // initialNode is the Node the agent creates: metadata and spec from the
 // configuration, status from the first observation.
 func initialNode(cfg *Config, obs observation, now metav1.Time) *v1.Node {
+	n := configuredNode(cfg)
+	setStatus(cfg, n, obs, now)
+	return n
+}
+
+// configuredNode is the Node's metadata and spec as the configuration
+// makes them: the agent's labels and the --node-labels, the attach-detach
+// annotation, the registration taints and the provider ID.
+func configuredNode(cfg *Config) *v1.Node {
 	n := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: cfg.NodeName,
@@ -53,7 +62,6 @@ func initialNode(cfg *Config, obs observation, now metav1.Time) *v1.Node {
 	if cfg.ExternalCloudProvider {
 		n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: taintExternalCloudProvider, Value: "true", Effect: v1.TaintEffectNoSchedule})
 	}
-	setStatus(cfg, n, obs, now)
 	return n
 }
 

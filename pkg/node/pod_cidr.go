@@ -1,0 +1,85 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// defaultPodCIDRPollPeriod is how often the Node is read for its pod CIDR.
+const defaultPodCIDRPollPeriod = 5 * time.Second
+
+// podCIDRSyncer hands the runtime the Node's spec.podCIDR once the
+// controller manager has assigned one, and again whenever it changes, as
+// the kubelet does: a runtime whose network plugin takes the pod range from
+// its runtime config learns it this way.
+type podCIDRSyncer struct {
+	client   kubernetes.Interface
+	runtime  Runtime
+	clock    clock.Clock
+	nodeName string
+	period   time.Duration
+	// sent is the CIDR the runtime last accepted; a failed hand-over is
+	// tried again at the next poll.
+	sent string
+}
+
+// run polls the Node every period until ctx ends.
+func (p *podCIDRSyncer) run(ctx context.Context) {
+	for {
+		p.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.clock.After(p.period):
+		}
+	}
+}
+
+// sync reads the Node once and hands the runtime its pod CIDR if it is
+// new. A Node that cannot be read is tried again at the next poll.
+func (p *podCIDRSyncer) sync(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	n, err := p.client.CoreV1().Nodes().Get(ctx, p.nodeName, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	cidr, err := nextPodCIDR(n, p.sent)
+	if err != nil {
+		logger.Info("Ignoring an invalid pod CIDR", "podCIDR", n.Spec.PodCIDR, "err", err.Error())
+		return
+	}
+	if cidr == "" {
+		return
+	}
+	cfg := &runtimeapi.RuntimeConfig{NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: cidr}}
+	if err := p.runtime.UpdateRuntimeConfig(ctx, cfg); err != nil {
+		logger.Info("Handing the pod CIDR to the runtime failed", "err", err.Error())
+		return
+	}
+	logger.Info("Handed the pod CIDR to the runtime", "podCIDR", cidr)
+	p.sent = cidr
+}
+
+// nextPodCIDR decides what to hand the runtime given the Node as read and
+// the CIDR it last accepted: the Node's spec.podCIDR when one is assigned
+// and differs from sent, else "" for nothing to do. An assigned CIDR that
+// does not parse is an error and is never handed over.
+func nextPodCIDR(n *v1.Node, sent string) (string, error) {
+	cidr := n.Spec.PodCIDR
+	if cidr == "" || cidr == sent {
+		return "", nil
+	}
+	if _, _, err := net.ParseCIDR(cidr); err != nil {
+		return "", fmt.Errorf("pod CIDR %q: %w", cidr, err)
+	}
+	return cidr, nil
+}
