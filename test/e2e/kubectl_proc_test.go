@@ -31,6 +31,10 @@ type kubectlProc struct {
 	errOut *syncBuffer
 	done   chan struct{}
 	err    error // set before done closes
+	// copied closes once a terminal's output is all in out (the master
+	// reads EIO when kubectl, its only holder, is gone); nil with pipes,
+	// which cmd.Wait drains itself.
+	copied chan struct{}
 }
 
 // syncBuffer is a bytes.Buffer written by one goroutine and read by the test.
@@ -99,6 +103,7 @@ func startKubectlTerminal(t *testing.T, rows, cols uint16, args ...string) *kube
 	// Only kubectl holds the terminal now: the master reads EIO once it is gone.
 	tty.Close()
 	copied := make(chan struct{})
+	p.copied = copied
 	go func() {
 		_, _ = io.Copy(p.out, master)
 		close(copied)
@@ -173,6 +178,15 @@ func (p *kubectlProc) wait(t *testing.T, timeout time.Duration) int {
 	case <-p.done:
 	case <-time.After(timeout):
 		t.Fatalf("kubectl %s still runs after %s; output %q, stderr %q", p.args(), timeout, tail(p.out.String(), 500), p.errOut.String())
+	}
+	if p.copied != nil {
+		// kubectl is gone but what it wrote to the terminal may still be
+		// on its way to out: what follows reads it.
+		select {
+		case <-p.copied:
+		case <-time.After(timeout):
+			t.Fatalf("the output of kubectl %s was not all read %s after it exited", p.args(), timeout)
+		}
 	}
 	var ee *exec.ExitError
 	if errors.As(p.err, &ee) {
