@@ -86,3 +86,22 @@ func selfSignedClientPair(t *testing.T, cn string) (certPEM, keyPEM []byte) {
 	keyDER, _ := x509.MarshalECPrivateKey(key)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
+
+// TestBootstrapKubeconfigAloneIsAccepted: a node joining with a token has no kubeconfig yet;
+// run writes it.
+func TestBootstrapKubeconfigAloneIsAccepted(t *testing.T) {
+	dir := t.TempDir()
+	bootstrap := writeFile(t, dir, "bootstrap-kubelet.conf", "apiVersion: v1\nkind: Config\n")
+	kubeconfig := filepath.Join(dir, "kubelet.conf")
+	f := newFlags(newKlogFlags())
+	if _, err := f.parse(append(baseArgs(t), "--kubeconfig="+kubeconfig, "--bootstrap-kubeconfig="+bootstrap)); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := buildConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.kubeconfig != kubeconfig || cfg.bootstrapKubeconfig != bootstrap {
+		t.Errorf("kubeconfig %q bootstrap %q", cfg.kubeconfig, cfg.bootstrapKubeconfig)
+	}
+}
