@@ -12,11 +12,13 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
@@ -66,6 +69,7 @@ func TestTLSBootstrapAndRotation(t *testing.T) {
 	// bootstrap token, and the agent laid out its files as the kubelet does.
 	assertBootstrapped(ctx, t, cfg, cs, "system:bootstrap:")
 	client := symlinkTarget(t, cfg, "kubelet-client-current.pem")
+	firstExpiry := leaf(t, filepath.Join(cfg.AgentCertDir(), client)).NotAfter
 
 	// A pod that runs across every rotation, logging once a second.
 	pod := &corev1.Pod{
@@ -85,14 +89,18 @@ func TestTLSBootstrapAndRotation(t *testing.T) {
 	pid := cfg.AgentPid()
 
 	// Rotations: at least two of each certificate, with the Lease renewed, the pod untouched
-	// and kubectl logs (the apiserver dialling the node API) working across every swap.
+	// and kubectl logs (the apiserver dialling the node API) working across every swap; and
+	// on past the first client certificate's expiry, after which the apiserver refuses it
+	// even on a connection opened before (it checks the chain at each request): a Lease
+	// still renewed then was renewed with a newer certificate.
 	clientSeen := map[string]bool{client: true}
 	serverSeen := map[string]bool{}
 	deadline := time.Now().Add(8 * time.Minute)
 	var lastRenew time.Time
-	for len(clientSeen) < 3 || len(serverSeen) < 3 {
+	for len(clientSeen) < 3 || len(serverSeen) < 3 || !lastRenew.After(firstExpiry) {
 		if time.Now().After(deadline) {
-			t.Fatalf("in 8 minutes saw client certificates %v and serving certificates %v; want 3 of each", keys(clientSeen), keys(serverSeen))
+			t.Fatalf("in 8 minutes saw client certificates %v and serving certificates %v (want 3 of each), lease renewed last at %s (want after %s)",
+				keys(clientSeen), keys(serverSeen), lastRenew, firstExpiry)
 		}
 		time.Sleep(3 * time.Second)
 		if _, err := cfg.ApproveServingCSRs(ctx); err != nil {
@@ -102,6 +110,7 @@ func TestTLSBootstrapAndRotation(t *testing.T) {
 		if target, ok := maybeSymlinkTarget(t, cfg, "kubelet-server-current.pem"); ok && !serverSeen[target] {
 			serverSeen[target] = true
 			t.Logf("serving certificate %s", target)
+			assertServed(t, leaf(t, filepath.Join(cfg.AgentCertDir(), target)))
 		}
 		if got := cfg.AgentPid(); got != pid {
 			t.Fatalf("the agent restarted (pid %d, then %d)", pid, got)
@@ -148,6 +157,39 @@ func TestTLSBootstrapAndRotation(t *testing.T) {
 	if left := framework.Leftovers(before, now); len(left) > 0 {
 		t.Errorf("down left behind:\n  %s", strings.Join(left, "\n  "))
 	}
+}
+
+// leaf is the certificate in a pem file of the cert dir.
+func leaf(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := certutil.ParseCertsPEM(data)
+	if err != nil || len(certs) == 0 {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return certs[0]
+}
+
+// assertServed wants the node API on :10250 to present want (within a few seconds: new
+// handshakes take the current certificate) without the agent restarting.
+func assertServed(t *testing.T, want *x509.Certificate) {
+	t.Helper()
+	addr := net.JoinHostPort(harness.NodeIP, "10250")
+	framework.Eventually(t, 15*time.Second, func() error {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		got := conn.ConnectionState().PeerCertificates[0]
+		if got.SerialNumber.Cmp(want.SerialNumber) != 0 {
+			return fmt.Errorf("%s serves serial %s, the current pem holds %s", addr, got.SerialNumber, want.SerialNumber)
+		}
+		return nil
+	})
 }
 
 // assertBootstrapped checks the CSR, the files and the node after a bootstrap.
