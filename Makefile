@@ -13,7 +13,7 @@ GO      ?= go
 HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 
-.PHONY: all build up down test unit e2e upstream fmt vet bench bench-micro conformance conformance-smoke
+.PHONY: all build up down test unit e2e e2e-tls upstream fmt vet bench bench-micro conformance conformance-smoke
 
 all: build
 
@@ -40,10 +40,17 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 
-# One cluster per suite; the lifecycle suite runs last and checks the teardown of the first.
+# One cluster per suite; the lifecycle suite checks the teardown of the first; the TLS suite
+# runs last, on a cluster of its own.
 e2e:
 	$(GO) test -tags e2e -count=1 -p 1 -parallel 4 -timeout 60m -v $(E2E_FLAGS) ./test/e2e/
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/lifecycle/
+	$(MAKE) e2e-tls
+
+# TLS bootstrap and certificate rotation on a cluster of its own (NODEAGENT_TLS_BOOTSTRAP,
+# certificates issued for 2 minutes): about 2.5 minutes, most of it waiting for rotations.
+e2e-tls:
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/tlsbootstrap/
 
 # Never part of make test. BENCH_FLAGS e.g. "-n 50 -rounds 1 -hold 10s".
 BENCH_FLAGS ?=

@@ -65,6 +65,10 @@ func TestKubeadmZeroValuesGetDefaults(t *testing.T) {
 	if kc.Logging.FlushFrequency.Duration.Duration != 5*time.Second || kc.Logging.Format != "text" {
 		t.Errorf("logging = %+v", kc.Logging)
 	}
+	// Honoured, not only accepted: TestKubeadmConfigRotatesClientCertificate.
+	if !kc.RotateCertificates {
+		t.Error("rotateCertificates: true was lost")
+	}
 }
 
 func TestEmptyConfigDefaults(t *testing.T) {

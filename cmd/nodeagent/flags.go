@@ -79,7 +79,7 @@ func newFlags(klogFlags *flag.FlagSet) *flags {
 	fs.StringVar(&f.config, "config", "", "Path to a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file.")
 	fs.StringVar(&f.configDir, "config-dir", "", "Directory of KubeletConfiguration drop-ins (*.conf), merged in lexical order over --config.")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Path to the kubeconfig the agent uses to talk to the apiserver.")
-	fs.StringVar(&f.bootstrapKubeconfig, "bootstrap-kubeconfig", "", "Path to a bootstrap kubeconfig for TLS bootstrap (not implemented yet).")
+	fs.StringVar(&f.bootstrapKubeconfig, "bootstrap-kubeconfig", "", "Path to a bootstrap kubeconfig: when --kubeconfig is missing or its client certificate unusable, a certificate is requested with these credentials and --kubeconfig is written.")
 	fs.StringVar(&f.containerRuntimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint (overrides containerRuntimeEndpoint), e.g. unix:///run/containerd/containerd.sock.")
 	fs.StringVar(&f.nodeIP, "node-ip", "", "IP address (or comma-separated dual-stack pair) of the node; detected when empty.")
 	fs.StringVar(&f.hostnameOverride, "hostname-override", "", "Name of the Node instead of the hostname.")

@@ -115,7 +115,8 @@ func TestBuildConfigErrors(t *testing.T) {
 		want  string
 		is    error
 	}{
-		{name: "missing kubeconfig with bootstrap", extra: []string{"--kubeconfig=/nonexistent/kubelet.conf", "--bootstrap-kubeconfig=/b.conf"}, is: errTLSBootstrap},
+		{name: "missing kubeconfig, missing bootstrap", extra: []string{"--kubeconfig=/nonexistent/kubelet.conf", "--bootstrap-kubeconfig=/nonexistent/b.conf"}, want: "--bootstrap-kubeconfig"},
+		{name: "missing kubeconfig", extra: []string{"--kubeconfig=/nonexistent/kubelet.conf"}, want: "does not exist"},
 		{name: "forbidden label", extra: []string{"--node-labels=node-role.kubernetes.io/worker="}, want: "node-role.kubernetes.io/worker"},
 		{name: "bad node ip", extra: []string{"--node-ip=10.1"}, want: "--node-ip"},
 		{name: "bad taint", extra: []string{"--register-with-taints=a"}, want: "--register-with-taints"},

@@ -15,21 +15,21 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/node"
 )
 
-// errTLSBootstrap is returned when only a bootstrap kubeconfig is available.
-var errTLSBootstrap = errors.New("TLS bootstrap is not implemented yet")
-
 // agentConfig is everything run needs, validated: the defaulted
 // KubeletConfiguration plus the node-specific command-line settings.
 type agentConfig struct {
 	kubelet    *kubeletv1beta1.KubeletConfiguration
 	kubeconfig string
-	nodeName   string
-	hostname   string
-	nodeIPs    []net.IP
-	nodeLabels map[string]string
-	rootDir    string
-	certDir    string
-	external   bool // --cloud-provider=external
+	// bootstrapKubeconfig, when set, requests the kubeconfig's client
+	// certificate when the kubeconfig is missing or unusable (TLS bootstrap).
+	bootstrapKubeconfig string
+	nodeName            string
+	hostname            string
+	nodeIPs             []net.IP
+	nodeLabels          map[string]string
+	rootDir             string
+	certDir             string
+	external            bool // --cloud-provider=external
 	// runtimeCgroups is the runtime's cgroup (--runtime-cgroups), the
 	// stats' runtime system container.
 	runtimeCgroups string
@@ -75,6 +75,7 @@ func buildConfig(f *flags) (*agentConfig, []string, error) {
 	if cfg.kubeconfig, err = chooseKubeconfig(f.kubeconfig, f.bootstrapKubeconfig); err != nil {
 		return nil, warnings, err
 	}
+	cfg.bootstrapKubeconfig = f.bootstrapKubeconfig
 	switch f.cloudProvider {
 	case "":
 	case "external":
@@ -106,8 +107,8 @@ func buildConfig(f *flags) (*agentConfig, []string, error) {
 	return cfg, warnings, nil
 }
 
-// chooseKubeconfig returns the kubeconfig to use. Until TLS bootstrap
-// exists, a missing kubeconfig with a bootstrap one is a clear error.
+// chooseKubeconfig returns the kubeconfig to use. A missing one is fine
+// with a bootstrap kubeconfig, which run uses to write it.
 func chooseKubeconfig(kubeconfig, bootstrap string) (string, error) {
 	if kubeconfig == "" {
 		return "", errors.New("--kubeconfig is required: standalone mode (no apiserver) is not supported yet")
@@ -118,10 +119,12 @@ func chooseKubeconfig(kubeconfig, bootstrap string) (string, error) {
 		return "", fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
 	if bootstrap != "" {
-		return "", fmt.Errorf("--kubeconfig %s does not exist and --bootstrap-kubeconfig %s was given, but %w; "+
-			"provide a kubeconfig with a client certificate for system:node:<name>", kubeconfig, bootstrap, errTLSBootstrap)
+		if _, err := os.Stat(bootstrap); err != nil {
+			return "", fmt.Errorf("--kubeconfig %s does not exist and --bootstrap-kubeconfig %w", kubeconfig, err)
+		}
+		return kubeconfig, nil
 	}
-	return "", fmt.Errorf("--kubeconfig %s does not exist", kubeconfig)
+	return "", fmt.Errorf("--kubeconfig %s does not exist (and no --bootstrap-kubeconfig was given)", kubeconfig)
 }
 
 // nodeHostname is --hostname-override or the host's name, lower-cased, as

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -55,7 +55,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	// process-wide and set once, before the first client is made.
 	agentMetrics := metrics.New()
 	agentMetrics.RegisterRESTClient()
-	client, err := newClientset(cfg)
+	identity, err := newAPIServerIdentity(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	client, err := newClientset(cfg, identity.rest)
 	if err != nil {
 		return err
 	}
@@ -220,12 +224,16 @@ func run(ctx context.Context, cfg *agentConfig) error {
 			return err
 		}
 	}
+	serving, err := newServingCertificate(ctx, cfg, client, nodeCtrl.Addresses)
+	if err != nil {
+		return err
+	}
 	nodeStats, err := newStatsProvider(ctx, cfg, cri, dispatcher.Pods, podCgroups, volumes, started)
 	if err != nil {
 		return err
 	}
 	nodeAPI, err := newNodeServer(cfg, client, cri.RuntimeService(), dispatcher.Pods, nodeAPIExtras{
-		stats: nodeStats, metrics: agentMetrics,
+		stats: nodeStats, metrics: agentMetrics, serving: serving,
 	})
 	if err != nil {
 		return err
@@ -235,6 +243,12 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if healthz != nil {
 		g.Go(func() error { return healthz.Run(gctx) })
+	}
+	if identity.rotation != nil {
+		g.Go(func() error { return identity.rotation.Run(gctx) })
+	}
+	if serving != nil {
+		g.Go(func() error { return serving.Run(gctx) })
 	}
 	g.Go(func() error { return nodeAPI.Run(gctx) })
 	g.Go(func() error { return nodeStats.Run(gctx) })
@@ -254,13 +268,10 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	return g.Wait()
 }
 
-// newClientset builds the apiserver client from --kubeconfig with the
-// QPS, burst and content type of the configuration.
-func newClientset(cfg *agentConfig) (kubernetes.Interface, error) {
-	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", cfg.kubeconfig, err)
-	}
+// newClientset builds the apiserver client from the agent's identity
+// with the QPS, burst and content type of the configuration.
+func newClientset(cfg *agentConfig, restCfg *rest.Config) (kubernetes.Interface, error) {
+	restCfg = rest.CopyConfig(restCfg)
 	kc := cfg.kubelet
 	restCfg.UserAgent = fmt.Sprintf("nodeagent/%s (%s)", cfg.version, cfg.nodeName)
 	restCfg.QPS = float32(*kc.KubeAPIQPS)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/nodeagent/nodeagent/pkg/certs"
 	"github.com/nodeagent/nodeagent/pkg/cgroups"
 	"github.com/nodeagent/nodeagent/pkg/metrics"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
@@ -21,6 +22,9 @@ import (
 type nodeAPIExtras struct {
 	stats   *stats.Provider
 	metrics *metrics.Metrics
+	// serving is the certificate from the kubelet-serving signer
+	// (serverTLSBootstrap); nil means tlsCertFile or a self-signed one.
+	serving *certs.Serving
 }
 
 // newNodeServer builds the node's HTTPS API (port 10250) from the configuration: the
@@ -55,6 +59,9 @@ func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.Runt
 	}
 	if extras.stats != nil {
 		sc.Stats = extras.stats
+	}
+	if extras.serving != nil {
+		sc.ServingCertificate = extras.serving
 	}
 	if extras.metrics != nil {
 		sc.Metrics = extras.metrics.Handler()

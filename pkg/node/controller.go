@@ -34,6 +34,9 @@ type Controller struct {
 
 	mu  sync.Mutex
 	uid types.UID // the registered Node's UID, read by the lease renewer
+	// addrs are the addresses last observed, read by the serving
+	// certificate's requests.
+	addrs []v1.NodeAddress
 
 	// resources are the capacity and allocatable, read from the machine once.
 	resources func() machineResources
@@ -145,6 +148,9 @@ func (c *Controller) observe(ctx context.Context) (observation, error) {
 	if obs.addresses, err = c.addresses(); err != nil {
 		return obs, err
 	}
+	c.mu.Lock()
+	c.addrs = obs.addresses
+	c.mu.Unlock()
 
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RuntimeCallTimeout)
 	defer cancel()
@@ -168,6 +174,14 @@ func (c *Controller) observe(ctx context.Context) (observation, error) {
 	}
 	obs.notReady = c.health.notReady(c.cfg.Clock.Now(), failed...)
 	return obs, nil
+}
+
+// Addresses are the node's addresses as its status last reported them;
+// nil before the first observation. The caller must not modify them.
+func (c *Controller) Addresses() []v1.NodeAddress {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrs
 }
 
 func (c *Controller) addresses() ([]v1.NodeAddress, error) {

@@ -42,6 +42,10 @@ func TestRegisterCreatesTruthfulNode(t *testing.T) {
 		got[1] != (v1.NodeAddress{Type: v1.NodeHostName, Address: "nodeagent-node"}) {
 		t.Errorf("addresses = %v", got)
 	}
+	// What the serving certificate is requested for.
+	if got := e.ctrl.Addresses(); len(got) != 2 || got[0] != n.Status.Addresses[0] || got[1] != n.Status.Addresses[1] {
+		t.Errorf("Addresses() = %v, want the status's %v", got, n.Status.Addresses)
+	}
 	checkQuantity(t, n.Status.Capacity, v1.ResourceCPU, "4")
 	checkQuantity(t, n.Status.Capacity, v1.ResourceMemory, "8Gi")
 	checkQuantity(t, n.Status.Capacity, v1.ResourcePods, "110")

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/certs"
 )
 
 // Well-known identities and groups of Kubernetes authentication.
@@ -43,7 +44,9 @@ type tokenReviewer interface {
 // by the client CA, then a bearer token checked by TokenReview, then, if
 // allowed, nobody in particular.
 type authenticator struct {
-	clientCAs *x509.CertPool
+	// clientCAs is the client CA bundle, reloaded when its file changes;
+	// nil without one.
+	clientCAs *certs.CABundleFile
 	tokens    *tokenCache
 	anonymous bool
 	now       func() time.Time
@@ -52,15 +55,11 @@ type authenticator struct {
 func newAuthenticator(cfg Config) (*authenticator, error) {
 	a := &authenticator{anonymous: cfg.AnonymousEnabled, now: time.Now}
 	if cfg.ClientCAFile != "" {
-		data, err := os.ReadFile(cfg.ClientCAFile)
+		cas, err := certs.NewCABundleFile(cfg.ClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("read clientCAFile: %w", err)
+			return nil, fmt.Errorf("clientCAFile: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(data) {
-			return nil, fmt.Errorf("clientCAFile %s holds no PEM certificate", cfg.ClientCAFile)
-		}
-		a.clientCAs = pool
+		a.clientCAs = cas
 	}
 	if cfg.WebhookAuthenticationEnabled {
 		if cfg.Client == nil {
@@ -113,7 +112,7 @@ func (a *authenticator) fromCertificate(chain []*x509.Certificate) (*userInfo, e
 	}
 	leaf := chain[0]
 	_, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         a.clientCAs,
+		Roots:         a.clientCAs.Pool(),
 		Intermediates: inter,
 		CurrentTime:   a.now(),
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},

@@ -131,7 +131,7 @@ func TestX509Authentication(t *testing.T) {
 				}
 				fmt.Fprintf(w, "%s %v", u.Name, u.Groups)
 			}))
-			srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert, ClientCAs: authn.clientCAs}
+			srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert, ClientCAs: authn.clientCAs.Pool()}
 			srv.StartTLS()
 			defer srv.Close()
 			client := srv.Client()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -52,9 +53,14 @@ type Config struct {
 	// NodeIPs are added to a self-signed serving certificate.
 	NodeIPs []net.IP
 
-	// TLSCertFile and TLSPrivateKeyFile hold the serving certificate. When both
-	// are empty a self-signed one is generated, or reused, in CertDir as
-	// kubelet.crt and kubelet.key.
+	// ServingCertificate, when set, is where the serving certificate comes
+	// from (serverTLSBootstrap); the TLS files below are then ignored.
+	// Whoever made it runs it.
+	ServingCertificate CertificateSource
+	// TLSCertFile and TLSPrivateKeyFile hold the serving certificate,
+	// reloaded when either changes on disk. When both are empty a
+	// self-signed one is generated, or reused, in CertDir as kubelet.crt
+	// and kubelet.key.
 	TLSCertFile       string
 	TLSPrivateKeyFile string
 	// CertDir is where a self-signed certificate is kept.
@@ -66,7 +72,8 @@ type Config struct {
 	TLSCipherSuites []string
 
 	// ClientCAFile holds the CAs that sign client certificates
-	// (authentication.x509.clientCAFile); empty disables x509 authentication.
+	// (authentication.x509.clientCAFile), reloaded when it changes on
+	// disk; empty disables x509 authentication.
 	ClientCAFile string
 	// AnonymousEnabled lets requests without credentials in as
 	// system:anonymous (authentication.anonymous.enabled).
@@ -128,6 +135,9 @@ type Server struct {
 	listener net.Listener
 	tls      *tls.Config
 	handler  http.Handler
+	// reloaders keep the certificate files and client CA bundle current
+	// while the server runs.
+	reloaders []func(context.Context) error
 }
 
 // New validates cfg, loads or creates the serving certificate and binds the
@@ -136,9 +146,13 @@ func New(cfg Config) (*Server, error) {
 	if err := applyDefaults(&cfg); err != nil {
 		return nil, err
 	}
-	tlsCfg, err := servingTLSConfig(cfg)
+	tlsCfg, certFiles, err := servingTLSConfig(cfg)
 	if err != nil {
 		return nil, err
+	}
+	var reloaders []func(context.Context) error
+	if certFiles != nil {
+		reloaders = append(reloaders, certFiles.Run)
 	}
 	authn, err := newAuthenticator(cfg)
 	if err != nil {
@@ -148,9 +162,18 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if authn.clientCAs != nil {
-		tlsCfg.ClientCAs = authn.clientCAs
+	if cas := authn.clientCAs; cas != nil {
+		reloaders = append(reloaders, cas.Run)
 		tlsCfg.ClientAuth = tls.RequestClientCert
+		// The bundle's names go out in the handshake (Go clients send a
+		// certificate only for a CA listed there), so each connection
+		// gets the bundle as it is now. Verification is authn's.
+		base := tlsCfg.Clone()
+		tlsCfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := base.Clone()
+			c.ClientCAs = cas.Pool()
+			return c, nil
+		}
 	}
 	api := &api{
 		nodeName:     cfg.NodeName,
@@ -176,7 +199,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for the node API on %s: %w", addr, err)
 	}
-	return &Server{listener: l, tls: tlsCfg, handler: handler}, nil
+	return &Server{listener: l, tls: tlsCfg, handler: handler, reloaders: reloaders}, nil
 }
 
 func applyDefaults(cfg *Config) error {
@@ -234,6 +257,15 @@ func (s *Server) Run(ctx context.Context) error {
 		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
+	reloadCtx, stopReloads := context.WithCancel(ctx)
+	var reloads sync.WaitGroup
+	for _, run := range s.reloaders {
+		reloads.Go(func() { _ = run(reloadCtx) })
+	}
+	defer func() {
+		stopReloads()
+		reloads.Wait()
+	}()
 	errCh := make(chan error, 1)
 	// ServeTLS offers HTTP/2 only when the configured suites allow it.
 	go func() { errCh <- srv.ServeTLS(s.listener, "", "") }()

@@ -80,7 +80,7 @@ func TestTLSSettings(t *testing.T) {
 	cfg := baseConfig(t)
 	cfg.TLSMinVersion = "VersionTLS12"
 	cfg.TLSCipherSuites = []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"}
-	tc, err := servingTLSConfig(cfg)
+	tc, _, err := servingTLSConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

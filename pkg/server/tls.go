@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nodeagent/nodeagent/pkg/certs"
 )
 
 // Names of the self-signed serving pair in the cert dir, as the kubelet
@@ -32,41 +34,68 @@ var tlsVersions = map[string]uint16{
 	"VersionTLS13": tls.VersionTLS13,
 }
 
-// servingTLSConfig builds the listener's TLS settings from cfg.
-func servingTLSConfig(cfg Config) (*tls.Config, error) {
+// CertificateSource hands out the serving certificate in use; it may
+// change at any time. pkg/certs' serving manager and file reloader are
+// ones.
+type CertificateSource interface {
+	Current() *tls.Certificate
+}
+
+// errNoServingCertificate fails a handshake while a requested serving
+// certificate has not been issued yet.
+var errNoServingCertificate = errors.New("no serving certificate available for the node API yet")
+
+// servingTLSConfig builds the listener's TLS settings from cfg. The
+// certificate is read from its source at every handshake, so a rotated
+// or rewritten one is used without a restart. A certificate from files
+// comes with the reloader that Run must run.
+func servingTLSConfig(cfg Config) (*tls.Config, *certs.KeyPairFiles, error) {
 	minVersion := uint16(tls.VersionTLS12)
 	if cfg.TLSMinVersion != "" {
 		v, ok := tlsVersions[cfg.TLSMinVersion]
 		if !ok {
-			return nil, fmt.Errorf("tlsMinVersion %q is not one of VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13", cfg.TLSMinVersion)
+			return nil, nil, fmt.Errorf("tlsMinVersion %q is not one of VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13", cfg.TLSMinVersion)
 		}
 		minVersion = v
 	}
 	suites, err := cipherSuites(cfg.TLSCipherSuites)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if minVersion == tls.VersionTLS13 && len(suites) > 0 {
-		return nil, errors.New("tlsCipherSuites cannot be set with tlsMinVersion VersionTLS13: TLS 1.3 suites are not configurable")
+		return nil, nil, errors.New("tlsCipherSuites cannot be set with tlsMinVersion VersionTLS13: TLS 1.3 suites are not configurable")
 	}
-	certFile, keyFile := cfg.TLSCertFile, cfg.TLSPrivateKeyFile
-	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("tlsCertFile and tlsPrivateKeyFile must be set together")
-	}
-	if certFile == "" {
-		if certFile, keyFile, err = ensureSelfSignedCert(cfg.CertDir, cfg.NodeName, cfg.NodeIPs, time.Now()); err != nil {
-			return nil, err
+	source := cfg.ServingCertificate
+	var files *certs.KeyPairFiles
+	if source == nil {
+		certFile, keyFile := cfg.TLSCertFile, cfg.TLSPrivateKeyFile
+		if (certFile == "") != (keyFile == "") {
+			return nil, nil, errors.New("tlsCertFile and tlsPrivateKeyFile must be set together")
 		}
-	}
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load serving certificate %s: %w", certFile, err)
+		if certFile == "" {
+			if certFile, keyFile, err = ensureSelfSignedCert(cfg.CertDir, cfg.NodeName, cfg.NodeIPs, time.Now()); err != nil {
+				return nil, nil, err
+			}
+		}
+		if files, err = certs.NewKeyPairFiles(certFile, keyFile); err != nil {
+			return nil, nil, fmt.Errorf("load serving certificate %s: %w", certFile, err)
+		}
+		source = files
 	}
 	return &tls.Config{
 		MinVersion:   minVersion,
 		CipherSuites: suites,
-		Certificates: []tls.Certificate{pair},
-	}, nil
+		// What http.Server.ServeTLS would offer; spelled out because a
+		// config handed out per connection (a reloaded client CA) is
+		// used as it is.
+		NextProtos: []string{"h2", "http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if cur := source.Current(); cur != nil {
+				return cur, nil
+			}
+			return nil, errNoServingCertificate
+		},
+	}, files, nil
 }
 
 // cipherSuites maps IANA names to Go's IDs. Insecure suites are accepted

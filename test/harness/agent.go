@@ -14,6 +14,10 @@ import (
 // AgentConfig is the KubeletConfiguration both agents get, so that nodeagent and the
 // upstream kubelet run side by side on exactly the same settings.
 func (c *Config) AgentConfig() string {
+	rotate := "rotateCertificates: false\n"
+	if c.TLSBootstrap {
+		rotate = "rotateCertificates: true\nserverTLSBootstrap: true\n"
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: %s
@@ -25,8 +29,7 @@ staticPodPath: %s
 resolvConf: /etc/resolv.conf
 failSwapOn: false
 failCgroupV1: false
-rotateCertificates: false
-containerLogMaxSize: %s
+%scontainerLogMaxSize: %s
 containerLogMaxFiles: %d
 authentication:
   anonymous:
@@ -37,23 +40,33 @@ authentication:
     clientCAFile: %s
 authorization:
   mode: Webhook
-`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.path("agent", "manifests"), ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
+`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.path("agent", "manifests"), rotate, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
 }
 
 // AgentArgs are the command-line flags of the node agent, as a kubeadm systemd drop-in
 // passes them.
 func (c *Config) AgentArgs() []string {
-	return []string{
+	args := []string{
 		"--config=" + c.path("agent", "config.yaml"),
-		"--kubeconfig=" + c.path("pki", "kubelet.conf"),
+		"--kubeconfig=" + c.AgentKubeconfig(),
 		"--container-runtime-endpoint=" + c.CRIEndpoint(),
 		"--node-ip=" + NodeIP,
 		"--hostname-override=" + NodeName,
 		"--root-dir=" + c.path("agent", "root"),
-		"--cert-dir=" + c.path("agent", "pki"),
+		"--cert-dir=" + c.AgentCertDir(),
 		"--v=2",
 	}
+	if c.TLSBootstrap {
+		args = append(args, "--bootstrap-kubeconfig="+c.BootstrapKubeconfig())
+	}
+	return args
 }
+
+// AgentKubeconfig is the node agent's --kubeconfig; with TLSBootstrap the agent writes it.
+func (c *Config) AgentKubeconfig() string { return c.path("pki", "kubelet.conf") }
+
+// AgentCertDir is the node agent's --cert-dir, where bootstrapped certificates go.
+func (c *Config) AgentCertDir() string { return c.path("agent", "pki") }
 
 // AgentBinary builds nodeagent from the repository into the run dir.
 func (c *Config) AgentBinary(ctx context.Context) (string, error) {
@@ -86,10 +99,23 @@ func (c *Config) startAgent(ctx context.Context, upstreamBin string) error {
 	if err := writeFiles(c.path("agent"), map[string]string{"config.yaml": c.AgentConfig()}); err != nil {
 		return err
 	}
+	if c.TLSBootstrap {
+		if err := c.setupTLSBootstrap(ctx); err != nil {
+			return err
+		}
+	}
 	if _, err := c.startDaemon("agent", bin, c.AgentArgs(), nil); err != nil {
 		return err
 	}
-	return c.waitNodeReady(ctx)
+	if err := c.waitNodeReady(ctx); err != nil {
+		return err
+	}
+	if c.TLSBootstrap {
+		// What the cluster's admin does when a node joins: the controller-manager approves
+		// client certificates only.
+		return c.approveFirstServingCSR(ctx)
+	}
+	return nil
 }
 
 func (c *Config) waitNodeReady(ctx context.Context) error {

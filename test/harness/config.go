@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Fixed shape of the harness's network. Every address here is reachable only from this
@@ -79,6 +80,15 @@ type Config struct {
 	// Agent is the node agent to run: AgentNodeagent (default), AgentKubelet or AgentNone
 	// (env NODEAGENT_AGENT).
 	Agent string
+	// TLSBootstrap starts the node agent from a bootstrap token kubeconfig alone, with
+	// rotateCertificates and serverTLSBootstrap on: the cluster gets the bootstrap token and
+	// the RBAC bindings kubeadm makes, and the agent requests its own certificates (env
+	// NODEAGENT_TLS_BOOTSTRAP=1).
+	TLSBootstrap bool
+	// CertDuration, when set, is the controller-manager's --cluster-signing-duration: how
+	// long the certificates it issues live, short to see rotations in a test (env
+	// NODEAGENT_CERT_DURATION, a Go duration such as 2m).
+	CertDuration time.Duration
 	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
 	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
 	// sh behaves as the one in upstream's e2e images.
@@ -114,6 +124,16 @@ func (c *Config) Complete() error {
 	}
 	if c.Agent == "" {
 		c.Agent = envOr("NODEAGENT_AGENT", AgentNodeagent)
+	}
+	if !c.TLSBootstrap {
+		c.TLSBootstrap = os.Getenv("NODEAGENT_TLS_BOOTSTRAP") == "1"
+	}
+	if v := os.Getenv("NODEAGENT_CERT_DURATION"); c.CertDuration == 0 && v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("NODEAGENT_CERT_DURATION=%q: want a positive Go duration such as 2m", v)
+		}
+		c.CertDuration = d
 	}
 	if c.BusyboxBinary == "" {
 		c.BusyboxBinary = DebianBusybox

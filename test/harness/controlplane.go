@@ -143,7 +143,7 @@ func (c *Config) bootstrapRBAC(ctx context.Context) error {
 func (c *Config) startControllerManager(ctx context.Context, bin string) error {
 	pki := func(f string) string { return c.path("pki", f) }
 	kc := pki("controller-manager.conf")
-	_, err := c.startDaemon("kube-controller-manager", filepath.Join(bin, "kube-controller-manager"), []string{
+	args := []string{
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
@@ -161,7 +161,12 @@ func (c *Config) startControllerManager(ctx context.Context, bin string) error {
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--leader-elect=false",
 		"--v=1",
-	}, nil)
+	}
+	if c.CertDuration > 0 {
+		// No lower bound applies when a CSR asks for no duration, as the agent's do.
+		args = append(args, "--cluster-signing-duration="+c.CertDuration.String())
+	}
+	_, err := c.startDaemon("kube-controller-manager", filepath.Join(bin, "kube-controller-manager"), args, nil)
 	if err != nil {
 		return err
 	}
