@@ -58,7 +58,10 @@ func TestKubectlExecStreams(t *testing.T) {
 	})
 
 	t.Run("tty", func(t *testing.T) {
-		p := startKubectlTerminal(t, 33, 99, "exec", "-it", pod.Name, "--", "sh", "-c", "tty; stty size")
+		// kubectl sends the terminal's size over the resize stream once the process has
+		// started, as with the kubelet: the shell waits for it (5 s at most) before it prints.
+		p := startKubectlTerminal(t, 33, 99, "exec", "-it", pod.Name, "--", "sh", "-c",
+			`tty; i=0; while [ $i -lt 50 ]; do s=$(stty size 2>/dev/null); [ -n "$s" ] && [ "$s" != "0 0" ] && break; i=$((i+1)); sleep 0.1; done; echo "$s"`)
 		if code := p.wait(t, time.Minute); code != 0 {
 			t.Fatalf("kubectl exec -it exited %d: %q", code, p.out.String())
 		}
