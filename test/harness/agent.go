@@ -37,8 +37,12 @@ authentication:
     clientCAFile: %s
 authorization:
   mode: Webhook
-`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.path("agent", "manifests"), ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
+`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.StaticPodDir(), ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
 }
+
+// StaticPodDir is the agents' staticPodPath: a manifest written there runs as a static
+// pod, mirrored in the apiserver.
+func (c *Config) StaticPodDir() string { return c.path("agent", "manifests") }
 
 // AgentArgs are the command-line flags of the node agent, as a kubeadm systemd drop-in
 // passes them.
