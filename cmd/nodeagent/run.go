@@ -164,7 +164,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	staticPods, err := newStaticPodSource(cfg, recorder)
+	staticPods, err := newStaticPodSource(ctx, cfg, recorder)
 	if err != nil {
 		return err
 	}
@@ -209,12 +209,12 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	mirrors, err := mirror.New(mirror.Config{
-		Client:        client,
-		NodeName:      cfg.nodeName,
-		StaticPods:    staticPods.Pods,
-		MirrorPods:    source.MirrorPods,
-		MirrorsListed: source.HasSynced,
-		StillRunning:  dispatcher.Running,
+		Client:       client,
+		NodeName:     cfg.nodeName,
+		StaticPods:   staticPods.Pods,
+		MirrorPods:   source.MirrorPods,
+		Listed:       func() bool { return source.HasSynced() && staticPods.HasSynced() },
+		StillRunning: dispatcher.Running,
 	})
 	if err != nil {
 		return err

@@ -4,14 +4,18 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeagent/nodeagent/pkg/config"
 )
 
 // newStaticPodSource is where static pods come from: staticPodPath, read
 // every fileCheckFrequency. Without staticPodPath it reads nothing.
-func newStaticPodSource(cfg *agentConfig, recorder config.Recorder) (podSource, error) {
+func newStaticPodSource(ctx context.Context, cfg *agentConfig, recorder config.Recorder) (podSource, error) {
 	kc := cfg.kubelet
+	if kc.StaticPodURL != "" {
+		klog.FromContext(ctx).Info("Warning: staticPodURL is not supported yet and is ignored", "staticPodURL", kc.StaticPodURL)
+	}
 	if kc.StaticPodPath == "" {
 		return noStaticPods{}, nil
 	}

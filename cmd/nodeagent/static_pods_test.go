@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestKubeadmConfigRunsStaticPods(t *testing.T) {
 	if sc.Dir != "/etc/kubernetes/manifests" || sc.Period != 20*time.Second || sc.NodeName != "cp-1" {
 		t.Errorf("static pod source config = %+v", sc)
 	}
-	src, err := newStaticPodSource(cfg, nil)
+	src, err := newStaticPodSource(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestKubeadmConfigRunsStaticPods(t *testing.T) {
 	}
 
 	kc.StaticPodPath = ""
-	if src, _ := newStaticPodSource(cfg, nil); src.HasSynced() != true || len(src.Pods()) != 0 {
+	if src, _ := newStaticPodSource(context.Background(), cfg, nil); src.HasSynced() != true || len(src.Pods()) != 0 {
 		t.Error("without staticPodPath the source must be empty and synced")
 	}
 }

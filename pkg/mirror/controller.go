@@ -33,9 +33,11 @@ type Config struct {
 	// MirrorPods are the mirror pods the apiserver holds for this node,
 	// as the pod source last listed them.
 	MirrorPods func() []*v1.Pod
-	// MirrorsListed says whether MirrorPods is complete: no pass acts
-	// before, lest it make mirror pods that exist already.
-	MirrorsListed func() bool
+	// Listed says whether both lists are complete: the static pod
+	// directory read and the mirror pods listed. No pass acts before,
+	// lest it delete the mirror pods of static pods not read yet, or make
+	// mirror pods that exist already.
+	Listed func() bool
 	// StillRunning says whether a static pod of that namespace and name
 	// has not finished stopping; nil means none has.
 	StillRunning func(namespace, name string) bool
@@ -53,8 +55,8 @@ type Controller struct {
 
 // New validates cfg and builds a Controller.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Client == nil || cfg.NodeName == "" || cfg.StaticPods == nil || cfg.MirrorPods == nil || cfg.MirrorsListed == nil {
-		return nil, errors.New("mirror: Client, NodeName, StaticPods, MirrorPods and MirrorsListed are required")
+	if cfg.Client == nil || cfg.NodeName == "" || cfg.StaticPods == nil || cfg.MirrorPods == nil || cfg.Listed == nil {
+		return nil, errors.New("mirror: Client, NodeName, StaticPods, MirrorPods and Listed are required")
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = DefaultResync
@@ -101,7 +103,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // pass plans from what is known now and carries the plan out.
 func (c *Controller) pass(ctx context.Context) error {
-	if !c.cfg.MirrorsListed() {
+	if !c.cfg.Listed() {
 		return nil
 	}
 	actions := plan(c.cfg.StaticPods(), c.cfg.MirrorPods(), c.cfg.StillRunning)

@@ -140,7 +140,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 			}
 			return out
 		},
-		MirrorsListed: func() bool { return true },
+		Listed: func() bool { return true },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestControllerWithoutNodeOrApiserver(t *testing.T) {
 
 	g := newFixture(t)
 	g.static = []*v1.Pod{static("a", "h1")}
-	g.c.cfg.MirrorsListed = func() bool { return false }
+	g.c.cfg.Listed = func() bool { return false }
 	if err := g.c.pass(ctx); err != nil || len(g.client.Actions()) != 0 {
 		t.Errorf("acted before the mirror pods were listed: %v %v", err, g.client.Actions())
 	}

@@ -123,6 +123,15 @@ func (c *Config) StopAgent(ctx context.Context) error {
 // StartAgent starts the node agent again with the harness's flags followed by extraArgs,
 // and waits for its Node to be Ready.
 func (c *Config) StartAgent(ctx context.Context, extraArgs ...string) error {
+	if err := c.StartAgentNoWait(extraArgs...); err != nil {
+		return err
+	}
+	return c.waitNodeReady(ctx)
+}
+
+// StartAgentNoWait starts the node agent again as StartAgent does, without waiting for its
+// Node: for tests whose apiserver is away.
+func (c *Config) StartAgentNoWait(extraArgs ...string) error {
 	bin := c.path("bin", "nodeagent")
 	if c.Agent == AgentKubelet {
 		version, err := KubeVersion(c.RepoDir)
@@ -131,10 +140,8 @@ func (c *Config) StartAgent(ctx context.Context, extraArgs ...string) error {
 		}
 		bin = filepath.Join(c.BinDir(version), "kubelet")
 	}
-	if _, err := c.startDaemon("agent", bin, append(c.AgentArgs(), extraArgs...), nil); err != nil {
-		return err
-	}
-	return c.waitNodeReady(ctx)
+	_, err := c.startDaemon("agent", bin, append(c.AgentArgs(), extraArgs...), nil)
+	return err
 }
 
 // SwitchAgent replaces the running node agent with another kind (AgentNodeagent or
