@@ -244,21 +244,24 @@ func TestStaticPodMalformedFile(t *testing.T) {
 	if _, err := mirrorOf(t, ns, "bad"); !apierrors.IsNotFound(err) {
 		t.Errorf("a mirror pod for the malformed file: %v", err)
 	}
-	// The read that found the bad file kept the good pod: it runs, never restarted.
-	framework.Eventually(t, staticPodWait, func() error {
-		p, err := mirrorOf(t, ns, "good")
-		if err != nil {
-			return err
-		}
-		if err := runningAndReady(p); err != nil {
-			return err
-		}
-		if cs := p.Status.ContainerStatuses[0]; cs.ContainerID != containerID || cs.RestartCount != 0 {
-			return fmt.Errorf("the good pod's container changed: %s restarts %d", cs.ContainerID, cs.RestartCount)
-		}
-		if p.UID != good.UID {
-			return fmt.Errorf("the good pod's mirror was replaced")
-		}
-		return nil
-	})
+	// A pod written after the bad file runs too, so the agent has read the directory with
+	// the bad file in it and acted on it; the good pod's container still runs, never restarted.
+	writeStaticPod(t, ns+"-witness.yaml", staticManifest(ns, "witness", "sleep 3600"))
+	waitMirror(t, ns, "witness", both(isMirror(node), runningAndReady))
+	p, err := mirrorOf(t, ns, "good")
+	if err != nil {
+		t.Fatalf("the good pod's mirror is gone: %v", err)
+	}
+	if p.UID != good.UID {
+		t.Error("the good pod's mirror was replaced")
+	}
+	if cs := p.Status.ContainerStatuses[0]; cs.ContainerID != containerID || cs.RestartCount != 0 {
+		t.Errorf("the good pod's container changed: %s restarts %d", cs.ContainerID, cs.RestartCount)
+	}
+	rt, _ := framework.CRI(t)
+	id := strings.TrimPrefix(containerID, "containerd://")
+	st, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("the good pod's container %s: %v %v", id, st.GetStatus().GetState(), err)
+	}
 }
