@@ -23,6 +23,7 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/config"
 	"github.com/nodeagent/nodeagent/pkg/logs"
 	"github.com/nodeagent/nodeagent/pkg/metrics"
+	"github.com/nodeagent/nodeagent/pkg/mirror"
 	"github.com/nodeagent/nodeagent/pkg/node"
 	"github.com/nodeagent/nodeagent/pkg/pleg"
 	"github.com/nodeagent/nodeagent/pkg/probe"
@@ -167,6 +168,10 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	staticPods, err := newStaticPodSource(ctx, cfg, recorder)
+	if err != nil {
+		return err
+	}
 	env, envInformers := newEnvSource(client)
 	var cg podsync.PodCgroups
 	if podCgroups != nil {
@@ -195,7 +200,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		NodeIPs:               hostIPs(cfg),
 		RuntimeName:           version.RuntimeName,
 		Known:                 func() []runtime.PodRef { return knownPods(ctx, podEvents.Cache().UIDs(), volumes, podCgroups) },
-		SourceSynced:          source.HasSynced,
+		SourceSynced:          func() bool { return source.HasSynced() && staticPods.HasSynced() },
 		MaxRestartBackoff:     maxRestartBackoff(kc),
 		MaxParallelImagePulls: maxParallelImagePulls(kc),
 		Metrics:               agentMetrics,
@@ -205,6 +210,23 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	}
 	wakeups.bind(dispatcher)
 	if err := source.SetHandler(dispatcher); err != nil {
+		return err
+	}
+	mirrors, err := mirror.New(mirror.Config{
+		Client:       client,
+		NodeName:     cfg.nodeName,
+		StaticPods:   staticPods.Pods,
+		MirrorPods:   source.MirrorPods,
+		Listed:       func() bool { return source.HasSynced() && staticPods.HasSynced() },
+		StillRunning: dispatcher.Running,
+	})
+	if err != nil {
+		return err
+	}
+	if err := source.SetMirrorHandler(mirrors); err != nil {
+		return err
+	}
+	if err := staticPods.SetHandler(staticPodHandlers{dispatcher, mirrors}); err != nil {
 		return err
 	}
 
@@ -259,6 +281,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return dispatcher.Run(gctx) })
 	g.Go(func() error { return logRotator.Run(gctx) })
 	g.Go(func() error { return source.Run(gctx) })
+	g.Go(func() error { return staticPods.Run(gctx) })
+	g.Go(func() error { return mirrors.Run(gctx) })
 	g.Go(func() error {
 		envInformers.Start(gctx.Done())
 		<-gctx.Done()

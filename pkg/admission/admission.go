@@ -36,6 +36,7 @@ const (
 	descTaintToleration         = "node(s) had taints that the pod didn't tolerate"
 	configSourceAnnotation      = "kubernetes.io/config.source"
 	configSourceAPI             = "api"
+	configMirrorAnnotation      = "kubernetes.io/config.mirror"
 	rejectedMessagePrefix       = "Pod was rejected: "
 	predicateFailedMessageShape = "Predicate %s failed: %s"
 )
@@ -85,8 +86,8 @@ func New(cfg Config) (*Admitter, error) {
 
 // Admit decides whether pod may run on node, given the pods admitted
 // before it, in the kubelet's order of checks: sysctls, then the OS,
-// then resources, node affinity, node name and host ports, then the
-// node's NoExecute taints. A nil node is rejected: nothing can be
+// then resources (not for critical pods), node affinity, node name and
+// host ports, then the node's NoExecute taints (not for static pods). A nil node is rejected: nothing can be
 // checked against it.
 func (a *Admitter) Admit(logger klog.Logger, pod *v1.Pod, node *v1.Node, admitted []*v1.Pod) Result {
 	if r := a.sysctls.admit(pod); !r.Admit {
@@ -101,8 +102,12 @@ func (a *Admitter) Admit(logger klog.Logger, pod *v1.Pod, node *v1.Node, admitte
 	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != goruntime.GOOS {
 		return reject(ReasonOSNotSupported, messageOSNotSupported)
 	}
-	if r := fitResources(pod, node, admitted); !r.Admit {
-		return r
+	// Critical pods are never refused for resources: the kubelet makes
+	// room for them by evicting others instead.
+	if !IsCritical(pod) {
+		if r := fitResources(pod, node, admitted); !r.Admit {
+			return r
+		}
 	}
 	if r := matchNode(pod, node); !r.Admit {
 		return r
@@ -125,6 +130,22 @@ func nodeOS(node *v1.Node) string {
 		return os
 	}
 	return goruntime.GOOS
+}
+
+// systemCriticalPriority is the priority of system-cluster-critical, the
+// least a pod's priority makes it critical with.
+const systemCriticalPriority = 2000000000
+
+// IsCritical says whether the kubelet counts the pod as critical: a static
+// pod, a mirror pod, or a pod of a system-critical priority.
+func IsCritical(pod *v1.Pod) bool {
+	if isStatic(pod) {
+		return true
+	}
+	if _, ok := pod.Annotations[configMirrorAnnotation]; ok {
+		return true
+	}
+	return pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
 }
 
 // isStatic: a pod from a manifest file or URL rather than the apiserver.

@@ -93,6 +93,23 @@ func TestAdmit(t *testing.T) {
 		}, node: func(n *v1.Node) {
 			n.Spec.Taints = []v1.Taint{{Key: "dedicated", Effect: v1.TaintEffectNoExecute}}
 		}},
+		{name: "static pods are critical: not refused for resources", pod: podReq("p", rl("cpu", "4")), admitted: running, mutate: func(p *v1.Pod) {
+			p.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+		}},
+		{name: "static pods take a pod slot beyond maxPods", pod: podReq("p", nil), admitted: []*v1.Pod{podReq("a", nil), podReq("b", nil), podReq("c", nil)},
+			mutate: func(p *v1.Pod) { p.Annotations = map[string]string{"kubernetes.io/config.source": "file"} }},
+		{name: "system-critical priority is critical", pod: podReq("p", rl("memory", "4Gi")), mutate: func(p *v1.Pod) {
+			prio := int32(2000001000)
+			p.Spec.Priority = &prio
+		}},
+		{name: "high but not critical priority is refused", pod: podReq("p", rl("memory", "4Gi")), mutate: func(p *v1.Pod) {
+			prio := int32(1999999999)
+			p.Spec.Priority = &prio
+		}, wantReason: "OutOfmemory"},
+		{name: "critical pods still meet the other checks", pod: podReq("p", rl("cpu", "4")), mutate: func(p *v1.Pod) {
+			p.Annotations = map[string]string{"kubernetes.io/config.mirror": "abc"}
+			p.Spec.NodeSelector = map[string]string{"disk": "hdd"}
+		}, wantReason: "NodeAffinity"},
 		{name: "host port taken", pod: withPort(podReq("p", nil), "", 8080), admitted: []*v1.Pod{withPort(podReq("a", nil), "10.0.0.1", 8080)},
 			wantReason: "NodePorts", wantMsg: "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"},
 		{name: "host port on another address", pod: withPort(podReq("p", nil), "10.0.0.2", 8080), admitted: []*v1.Pod{withPort(podReq("a", nil), "10.0.0.1", 8080)}},

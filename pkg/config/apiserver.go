@@ -1,5 +1,6 @@
 // Package config is the source of the pods this node runs: the
-// apiserver's pods bound to the node (and, later, static pod manifests).
+// apiserver's pods bound to the node, and the static pods of the
+// manifest directory (staticPodPath).
 package config
 
 import (
@@ -43,6 +44,9 @@ type APISource struct {
 	// informer's store.
 	handlerSynced func() bool
 	running       bool
+	// mirrors is told of the mirror pods, which are not run (their static
+	// pods are); nil until SetMirrorHandler.
+	mirrors Handler
 }
 
 // NewAPISource builds the source; SetHandler names its handler and Run
@@ -82,9 +86,9 @@ func (s *APISource) SetHandler(h Handler) error {
 		return errors.New("config: SetHandler called twice")
 	}
 	reg, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { upsert(h, obj) },
-		UpdateFunc: func(_, obj any) { upsert(h, obj) },
-		DeleteFunc: func(obj any) { remove(h, obj) },
+		AddFunc:    func(obj any) { upsert(s.handlerOf(h, obj), obj) },
+		UpdateFunc: func(_, obj any) { upsert(s.handlerOf(h, obj), obj) },
+		DeleteFunc: func(obj any) { remove(s.handlerOf(h, obj), obj) },
 	})
 	if err != nil {
 		return fmt.Errorf("config: add pod handler: %w", err)
@@ -93,7 +97,55 @@ func (s *APISource) SetHandler(h Handler) error {
 	return nil
 }
 
+// SetMirrorHandler names the handler told of the mirror pods bound here:
+// the apiserver's copies of this node's static pods, which the agent
+// never runs as pods of their own. It is called at most once, before Run;
+// without it mirror pods are only skipped.
+func (s *APISource) SetMirrorHandler(h Handler) error {
+	if h == nil {
+		return errors.New("config: nil mirror handler")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.running:
+		return errors.New("config: SetMirrorHandler after Run")
+	case s.mirrors != nil:
+		return errors.New("config: SetMirrorHandler called twice")
+	}
+	s.mirrors = h
+	return nil
+}
+
+// handlerOf is the handler an event about obj goes to: the mirror
+// handler for a mirror pod (nil when there is none), else h.
+func (s *APISource) handlerOf(h Handler, obj any) Handler {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if pod, ok := obj.(*v1.Pod); ok && IsMirror(pod) {
+		// Set before Run, which started the informer: no lock needed.
+		return s.mirrors
+	}
+	return h
+}
+
+// MirrorPods returns the mirror pods bound here as last listed. They are
+// shared and must not be modified.
+func (s *APISource) MirrorPods() []*v1.Pod {
+	var out []*v1.Pod
+	for _, obj := range s.informer.GetStore().List() {
+		if pod, ok := obj.(*v1.Pod); ok && IsMirror(pod) {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
 func upsert(h Handler, obj any) {
+	if h == nil {
+		return
+	}
 	if pod, ok := obj.(*v1.Pod); ok {
 		h.UpsertPod(pod)
 	}
@@ -102,6 +154,9 @@ func upsert(h Handler, obj any) {
 // remove hands over a deleted pod, also one whose deletion the watch
 // missed (the informer then knows only its last state).
 func remove(h Handler, obj any) {
+	if h == nil {
+		return
+	}
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}

@@ -343,3 +343,42 @@ func TestNewAPISourceRequiresClientAndNode(t *testing.T) {
 		}
 	}
 }
+
+func TestMirrorPodsAreNotRun(t *testing.T) {
+	mirror := pod("mirrored", "1")
+	mirror.Annotations = map[string]string{AnnotationMirror: "hash", AnnotationSource: SourceFile}
+	client := fake.NewClientset(pod("plain", "1"), mirror)
+	src, err := NewAPISource(Config{Client: client, NodeName: testNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, mirrors := newRecordingHandler(), newRecordingHandler()
+	if err := src.SetHandler(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.SetMirrorHandler(mirrors); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	if got := h.next(t); got.name != "plain" {
+		t.Fatalf("the pod handler got %+v", got)
+	}
+	if got := mirrors.next(t); got != (event{"upsert", "mirrored", "1"}) {
+		t.Fatalf("the mirror handler got %+v", got)
+	}
+	eventually(t, "the source has synced", src.HasSynced)
+	if got := src.MirrorPods(); len(got) != 1 || got[0].Name != "mirrored" {
+		t.Errorf("MirrorPods = %v", got)
+	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, "mirrored", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mirrors.next(t); got.op != "remove" {
+		t.Errorf("the mirror handler got %+v", got)
+	}
+	h.none(t)
+}

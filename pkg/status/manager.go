@@ -49,12 +49,15 @@ type Manager struct {
 type entry struct {
 	namespace, name string
 	uid             types.UID
-	status          v1.PodStatus
-	version         uint64 // bumped by every Set
-	written         uint64 // version last written
-	deleteWhenDone  bool
-	retryAt         time.Time
-	backoff         time.Duration
+	// mirrorHash is set for a static pod: its status goes to the mirror
+	// pod carrying this hash, never to any other pod of its name.
+	mirrorHash     string
+	status         v1.PodStatus
+	version        uint64 // bumped by every Set
+	written        uint64 // version last written
+	deleteWhenDone bool
+	retryAt        time.Time
+	backoff        time.Duration
 }
 
 // NewManager builds a Manager.
@@ -84,6 +87,9 @@ func (m *Manager) set(pod *v1.Pod, st v1.PodStatus, del bool) {
 	e, ok := m.pods[pod.UID]
 	if !ok {
 		e = &entry{namespace: pod.Namespace, name: pod.Name, uid: pod.UID}
+		if isStatic(pod) {
+			e.mirrorHash = pod.Annotations[annotationHash]
+		}
 		m.pods[pod.UID] = e
 	} else if e.version == e.written && !del && !e.deleteWhenDone && apiequality.Semantic.DeepEqual(e.status, st) {
 		// Already written: nothing new to say.
@@ -154,9 +160,16 @@ func (m *Manager) writeDue(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := m.write(ctx, j.e.namespace, j.e.name, j.e.uid, j.st, j.del)
+			err := m.write(ctx, j.e, j.st, j.del)
 			m.mu.Lock()
 			defer m.mu.Unlock()
+			if errors.Is(err, errNoMirror) {
+				// Not an error: the mirror pod is on its way (or the
+				// apiserver is not); the status waits for it.
+				klog.FromContext(ctx).V(4).Info("Static pod status waits for its mirror pod", "pod", klog.KRef(j.e.namespace, j.e.name))
+				j.e.retryAt = m.cfg.Clock.Now().Add(mirrorWait)
+				return
+			}
 			if err != nil {
 				klog.FromContext(ctx).Info("Status write failed, will retry", "pod", klog.KRef(j.e.namespace, j.e.name), "err", err.Error())
 				j.e.backoff = min(max(2*j.e.backoff, retryInitial), retryMax)
@@ -175,10 +188,45 @@ func (m *Manager) writeDue(ctx context.Context) {
 // errGone means the pod object is gone or was replaced: nothing to write.
 var errGone = errors.New("pod is gone")
 
-func (m *Manager) write(ctx context.Context, ns, name string, uid types.UID, st v1.PodStatus, del bool) error {
+// errNoMirror means a static pod has no mirror pod of its hash yet.
+var errNoMirror = errors.New("static pod has no mirror pod yet")
+
+// mirrorWait is how long a static pod's status waits before it looks for
+// its mirror pod again (a new status, too, looks at once).
+const mirrorWait = 2 * time.Second
+
+// The annotations that tell a static pod and its mirror pod, as the
+// kubelet writes them.
+const (
+	annotationSource = "kubernetes.io/config.source"
+	annotationHash   = "kubernetes.io/config.hash"
+	annotationMirror = "kubernetes.io/config.mirror"
+)
+
+// isStatic: a pod from a manifest, whose object in the apiserver is its
+// mirror pod.
+func isStatic(pod *v1.Pod) bool {
+	src, ok := pod.Annotations[annotationSource]
+	return ok && src != "api"
+}
+
+func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool) error {
+	ns, name, uid := e.namespace, e.name, e.uid
 	pods := m.cfg.Client.CoreV1().Pods(ns)
 	cur, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
+	if e.mirrorHash != "" {
+		// A static pod's status goes to its mirror pod, under the mirror
+		// pod's UID, as the kubelet translates it; a mirror pod of
+		// another hash belongs to another version of the file.
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && cur.Annotations[annotationMirror] != e.mirrorHash):
+			return errNoMirror
+		case err != nil:
+			return fmt.Errorf("get mirror pod: %w", err)
+		}
+		uid = cur.UID
+		del = false // the mirror pod's deletion is the mirror controller's
+	} else if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
 		m.Forget(uid)
 		return nil
 	}
@@ -192,6 +240,9 @@ func (m *Manager) write(ctx context.Context, ns, name string, uid types.UID, st 
 	}
 	if string(patch) != "{}" {
 		if _, err := pods.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			if e.mirrorHash != "" && (apierrors.IsNotFound(err) || apierrors.IsConflict(err)) {
+				return errNoMirror // the mirror pod was replaced meanwhile
+			}
 			if apierrors.IsNotFound(err) {
 				m.Forget(uid)
 				return nil
@@ -207,7 +258,7 @@ func (m *Manager) write(ctx context.Context, ns, name string, uid types.UID, st 
 			return fmt.Errorf("confirm delete: %w", err)
 		}
 		klog.FromContext(ctx).V(2).Info("Pod deleted", "pod", klog.KRef(ns, name), "podUID", uid)
-		m.Forget(uid)
+		m.Forget(e.uid)
 	}
 	return nil
 }

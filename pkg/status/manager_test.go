@@ -95,3 +95,59 @@ func TestManagerForgetsMissingPods(t *testing.T) {
 		t.Errorf("phase %s, want Running", got.Status.Phase)
 	}
 }
+
+func TestManagerWritesStaticPodStatusToItsMirror(t *testing.T) {
+	static := pod(v1.RestartPolicyAlways)
+	static.UID = "static-uid"
+	static.Annotations = map[string]string{annotationSource: "file", annotationHash: "static-uid"}
+	m, client := newManager(t)
+	clock := m.cfg.Clock.(*clocktesting.FakeClock)
+	ctx := context.Background()
+	pods := client.CoreV1().Pods(static.Namespace)
+
+	m.Set(static, v1.PodStatus{Phase: v1.PodRunning})
+	m.writeDue(ctx) // no mirror pod yet: the status waits
+	if len(m.pods) != 1 {
+		t.Fatal("the status of a static pod without a mirror pod was dropped")
+	}
+
+	stale := static.DeepCopy()
+	stale.UID = "old-mirror-uid"
+	stale.Annotations = map[string]string{annotationSource: "file", annotationMirror: "older-hash"}
+	if _, err := pods.Create(ctx, stale, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Step(mirrorWait)
+	m.writeDue(ctx) // a mirror pod of another version of the file: not ours
+	if got, _ := pods.Get(ctx, static.Name, metav1.GetOptions{}); got.Status.Phase != "" {
+		t.Fatalf("the status went to a mirror pod of another hash: %+v", got.Status)
+	}
+
+	if err := pods.Delete(ctx, static.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mirror := static.DeepCopy()
+	mirror.UID = "mirror-uid"
+	mirror.Annotations[annotationMirror] = "static-uid"
+	if _, err := pods.Create(ctx, mirror, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Step(mirrorWait)
+	m.writeDue(ctx)
+	got, err := pods.Get(ctx, static.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != v1.PodRunning || got.UID != "mirror-uid" {
+		t.Errorf("mirror pod after the write: uid %s status %+v", got.UID, got.Status)
+	}
+
+	// A static pod's final status never deletes its mirror pod.
+	now := metav1.NewTime(t0)
+	static.DeletionTimestamp = &now
+	m.SetFinal(static, v1.PodStatus{Phase: v1.PodFailed})
+	m.writeDue(ctx)
+	if _, err := pods.Get(ctx, static.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the mirror pod is gone: %v", err)
+	}
+}

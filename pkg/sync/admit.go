@@ -7,7 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
@@ -23,11 +22,14 @@ const sourceSyncPoll = 50 * time.Millisecond
 // the runtime or on disk; or a start time from an earlier run of the
 // agent) was admitted before and is not judged again, so that a
 // restarted agent never rejects what it admitted; nor is a pod that is
-// ending anyway. d.mu is held.
+// ending anyway. A static pod whose name another static pod still holds
+// (the file changed: the old pod is stopping) waits in the queue until
+// that one's worker is done, as the kubelet never runs two static pods of
+// one name at once. d.mu is held.
 func (d *Dispatcher) queueLocked(pod *v1.Pod, known bool) {
 	if _, ok := d.pending[pod.UID]; ok {
 		d.pending[pod.UID] = pod
-	} else if d.cfg.Admitter == nil || !needsAdmission(pod) || known {
+	} else if (d.cfg.Admitter == nil || !needsAdmission(pod) || known) && !d.nameHeldLocked(pod) {
 		w := d.newWorker(pod)
 		// A pod deleted before it ever ran here holds nothing.
 		w.ended.Store(pod.DeletionTimestamp != nil && pod.Status.StartTime == nil && !known)
@@ -35,12 +37,57 @@ func (d *Dispatcher) queueLocked(pod *v1.Pod, known bool) {
 		return
 	} else {
 		d.pending[pod.UID] = pod
+		if d.cfg.Admitter == nil || known {
+			d.preadmitted[pod.UID] = true
+		}
 	}
+	d.wakeAdmission()
+}
+
+func (d *Dispatcher) wakeAdmission() {
 	select {
 	case d.admitWake <- struct{}{}:
 	default:
 	}
 }
+
+// nameHeldLocked says whether pod is a static pod whose namespace and
+// name belong to the worker of another pod. d.mu is held.
+func (d *Dispatcher) nameHeldLocked(pod *v1.Pod) bool {
+	if !isStatic(pod) {
+		return false
+	}
+	for uid, w := range d.workers {
+		if uid == pod.UID {
+			continue
+		}
+		if p, _ := w.latest(); p != nil && p.Namespace == pod.Namespace && p.Name == pod.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// Running says whether a worker still holds a pod of that namespace and
+// name: the pod has not finished stopping and cleaning up.
+func (d *Dispatcher) Running(namespace, name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, w := range d.workers {
+		if p, _ := w.latest(); p != nil && p.Namespace == namespace && p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// isStatic: a pod from a manifest rather than the apiserver.
+func isStatic(pod *v1.Pod) bool {
+	src, ok := pod.Annotations[configSourceAnnotation]
+	return ok && src != "api"
+}
+
+const configSourceAnnotation = "kubernetes.io/config.source"
 
 // needsAdmission says whether a pod new to this run of the agent is to
 // be judged.
@@ -58,32 +105,41 @@ func (d *Dispatcher) known(uid types.UID) bool {
 	return false
 }
 
-// admitLoop judges pending pods, oldest first, once every pod bound here
-// is known, until ctx ends.
+// admitLoop judges pending pods, oldest first, until ctx ends. Pods of
+// the apiserver wait until every pod bound here is known; static pods do
+// not, since they may be what brings the apiserver up.
 func (d *Dispatcher) admitLoop(ctx context.Context) {
-	if err := wait.PollUntilContextCancel(ctx, sourceSyncPoll, true, func(context.Context) (bool, error) {
-		return d.listed(), nil
-	}); err != nil {
-		return
-	}
+	// A real ticker, like the polling it replaces: the source's sync is
+	// not a matter of the injected clock.
+	t := time.NewTicker(sourceSyncPoll)
+	defer t.Stop()
 	for {
-		d.admitPending(ctx)
+		listed := d.listed()
+		d.admitPending(ctx, listed)
+		tick := t.C
+		if listed {
+			tick = nil // nothing left to wait for but new pods
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-d.admitWake:
+		case <-tick:
 		}
 	}
 }
 
 // admitPending judges every pending pod in the order they were created,
 // each against the node and the pods admitted before it, and starts its
-// worker: to run, or to report its rejection.
-func (d *Dispatcher) admitPending(ctx context.Context) {
+// worker: to run, or to report its rejection. Until the source has
+// listed, only static pods are judged.
+func (d *Dispatcher) admitPending(ctx context.Context, listed bool) {
 	d.mu.Lock()
 	queue := make([]*v1.Pod, 0, len(d.pending))
 	for _, pod := range d.pending {
-		queue = append(queue, pod)
+		if listed || isStatic(pod) {
+			queue = append(queue, pod)
+		}
 	}
 	d.mu.Unlock()
 	slices.SortFunc(queue, func(a, b *v1.Pod) int {
@@ -104,15 +160,16 @@ func (d *Dispatcher) admitPending(ctx context.Context) {
 func (d *Dispatcher) admit(ctx context.Context, uid types.UID) {
 	d.mu.Lock()
 	pod, ok := d.pending[uid]
-	if !ok {
+	if !ok || d.nameHeldLocked(pod) {
 		d.mu.Unlock()
 		return
 	}
+	preadmitted := d.preadmitted[uid]
 	admitted := d.admittedLocked()
 	d.mu.Unlock()
 
 	var r admission.Result
-	if needsAdmission(pod) {
+	if needsAdmission(pod) && !preadmitted {
 		logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "podUID", pod.UID)
 		node, err := d.cfg.Node(ctx)
 		if err != nil {
@@ -136,6 +193,7 @@ func (d *Dispatcher) admit(ctx context.Context, uid types.UID) {
 		return // removed while it was judged
 	}
 	delete(d.pending, uid)
+	delete(d.preadmitted, uid)
 	w := d.newWorker(pod)
 	w.ended.Store(!needsAdmission(pod))
 	if !r.Admit {

@@ -43,7 +43,7 @@ func withAdmission(t *testing.T, h *harness, cpu string) {
 func (h *harness) admitted(pod *v1.Pod) *Worker {
 	h.t.Helper()
 	h.d.UpsertPod(pod)
-	h.d.admitPending(context.Background())
+	h.d.admitPending(context.Background(), true)
 	h.d.mu.Lock()
 	defer h.d.mu.Unlock()
 	return h.d.workers[pod.UID]
@@ -193,7 +193,7 @@ func TestAdmissionFollowsCreationOrder(t *testing.T) {
 	now := metav1.Now()
 	gone.DeletionTimestamp = &now
 	h.d.UpsertPod(gone)
-	h.d.admitPending(context.Background())
+	h.d.admitPending(context.Background(), true)
 
 	h.d.mu.Lock()
 	defer h.d.mu.Unlock()
@@ -209,5 +209,55 @@ func TestAdmissionFollowsCreationOrder(t *testing.T) {
 	}
 	if len(h.d.pending) != 0 {
 		t.Errorf("%d pods still pending", len(h.d.pending))
+	}
+}
+
+func TestStaticPodWaitsForItsPredecessorsName(t *testing.T) {
+	static := func(p *v1.Pod) { p.Annotations = map[string]string{configSourceAnnotation: "file"} }
+	old := named("uid-old", "web-n1", t0, static, withCPU("1"))
+	h := newHarness(t, old)
+	withAdmission(t, h, "1500m")
+	ctx := context.Background()
+	h.d.UpsertPod(old)
+	h.d.admitPending(ctx, false) // static pods need not wait for the apiserver's list
+	h.d.mu.Lock()
+	_, started := h.d.workers[old.UID]
+	h.d.mu.Unlock()
+	if !started {
+		t.Fatal("a static pod waited for the apiserver's pods to be listed")
+	}
+
+	// The file changed: the same name, another UID, while the old pod stops.
+	changed := named("uid-new", "web-n1", t0.Add(time.Second), static, withCPU("1"))
+	h.d.RemovePod(old)
+	h.d.UpsertPod(changed)
+	h.d.admitPending(ctx, true)
+	if !h.d.Running(old.Namespace, old.Name) {
+		t.Fatal("Running does not see the stopping pod")
+	}
+	h.d.mu.Lock()
+	_, early := h.d.workers[changed.UID]
+	h.d.mu.Unlock()
+	if early {
+		t.Fatal("the new static pod started while the old one of its name still stops")
+	}
+
+	h.d.mu.Lock()
+	delete(h.d.workers, old.UID) // its worker is done
+	h.d.mu.Unlock()
+	h.d.admitPending(ctx, true)
+	h.d.mu.Lock()
+	w := h.d.workers[changed.UID]
+	h.d.mu.Unlock()
+	if w == nil || w.ended.Load() {
+		t.Fatal("the new static pod was not admitted once the old one was gone")
+	}
+
+	// Pods of the apiserver still wait for the list.
+	api := named("uid-api", "api", t0, withCPU("100m"))
+	h.d.UpsertPod(api)
+	h.d.admitPending(ctx, false)
+	if h.d.Running(api.Namespace, api.Name) {
+		t.Error("a pod of the apiserver was admitted before the list")
 	}
 }

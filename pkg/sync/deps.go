@@ -49,6 +49,9 @@ type Relister interface {
 type StatusWriter interface {
 	Set(pod *v1.Pod, st v1.PodStatus)
 	SetFinal(pod *v1.Pod, st v1.PodStatus)
+	// Forget drops what is left to write of a pod: a static pod whose
+	// file is gone has no object (its mirror pod goes) to write it to.
+	Forget(uid types.UID)
 }
 
 // Recorder records Kubernetes events (client-go's record.EventRecorder).

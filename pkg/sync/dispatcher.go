@@ -114,6 +114,9 @@ type Dispatcher struct {
 	// admission loop, which admitWake wakes.
 	pending   map[types.UID]*v1.Pod
 	admitWake chan struct{}
+	// preadmitted are the pending pods that need no judging: they only
+	// wait for their name (a static pod's predecessor).
+	preadmitted map[types.UID]bool
 	// listed says whether every pod bound here is known (admission waits).
 	listed func() bool
 }
@@ -165,7 +168,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, workers: map[types.UID]*Worker{}, listed: listed,
-		pending: map[types.UID]*v1.Pod{}, admitWake: make(chan struct{}, 1),
+		pending: map[types.UID]*v1.Pod{}, admitWake: make(chan struct{}, 1), preadmitted: map[types.UID]bool{},
 		deps: &deps{
 			runtime: cfg.Runtime, images: cfg.Images, cache: cfg.Cache, relister: cfg.Relister,
 			status: cfg.Status, events: cfg.Recorder, secrets: cfg.Secrets, volumes: cfg.Volumes,
@@ -226,6 +229,7 @@ func (d *Dispatcher) RemovePod(pod *v1.Pod) {
 	}
 	if _, ok := d.pending[pod.UID]; ok {
 		delete(d.pending, pod.UID)
+		delete(d.preadmitted, pod.UID)
 		return
 	}
 	w := d.newWorker(pod)
@@ -281,6 +285,8 @@ func (d *Dispatcher) launchLocked(w *Worker) {
 			delete(d.workers, w.uid)
 		}
 		d.mu.Unlock()
+		// A static pod may have waited for this one's name.
+		d.wakeAdmission()
 	}()
 }
 

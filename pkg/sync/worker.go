@@ -182,6 +182,10 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 	switch {
 	case s.kind == stepDone:
 		klog.FromContext(ctx).V(2).Info("Pod removed")
+		if pod != nil && isStatic(pod) {
+			// Its status would wait for a mirror pod that never comes.
+			w.deps.status.Forget(w.uid)
+		}
 		return 0, true
 	case o.err != nil:
 		klog.FromContext(ctx).Error(o.err, "Pod step failed, will retry", "step", s.kind.String())

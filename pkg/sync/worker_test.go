@@ -10,6 +10,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critesting "k8s.io/cri-api/pkg/apis/testing"
@@ -22,9 +23,16 @@ import (
 
 // fakeStatus records what the worker hands the status manager.
 type fakeStatus struct {
-	mu    gosync.Mutex
-	last  v1.PodStatus
-	final *v1.PodStatus
+	mu        gosync.Mutex
+	last      v1.PodStatus
+	final     *v1.PodStatus
+	forgotten []types.UID
+}
+
+func (f *fakeStatus) Forget(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgotten = append(f.forgotten, uid)
 }
 
 func (f *fakeStatus) Set(_ *v1.Pod, st v1.PodStatus) {
@@ -315,5 +323,27 @@ func TestDeletionAbandonsAPullInFlight(t *testing.T) {
 	}
 	if ev := h.events(); strings.Contains(ev, "Failed to pull image") {
 		t.Errorf("an abandoned pull was reported as failed:\n%s", ev)
+	}
+}
+
+// A static pod whose file is removed stops quietly, and its status is
+// forgotten: its mirror pod goes too, so nothing is left to write it to.
+func TestRemovedStaticPodIsForgotten(t *testing.T) {
+	pod := basePod(func(p *v1.Pod) {
+		p.Annotations = map[string]string{configSourceAnnotation: "file"}
+	})
+	h := newHarness(t, pod)
+	h.sync(pod, false)
+	if got := h.containers(runtimeapi.ContainerState_CONTAINER_RUNNING); len(got) == 0 {
+		t.Fatal("the static pod does not run")
+	}
+	if !h.sync(pod, true) {
+		t.Fatal("worker not done after removal")
+	}
+	if h.status.final != nil {
+		t.Errorf("a removed static pod wrote a final status: %+v", h.status.final)
+	}
+	if len(h.status.forgotten) != 1 || h.status.forgotten[0] != pod.UID {
+		t.Errorf("forgotten = %v, want the static pod's UID", h.status.forgotten)
 	}
 }

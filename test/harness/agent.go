@@ -40,8 +40,12 @@ authentication:
     clientCAFile: %s
 authorization:
   mode: Webhook
-`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.path("agent", "manifests"), rotate, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
+`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.StaticPodDir(), rotate, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
 }
+
+// StaticPodDir is the agents' staticPodPath: a manifest written there runs as a static
+// pod, mirrored in the apiserver.
+func (c *Config) StaticPodDir() string { return c.path("agent", "manifests") }
 
 // AgentArgs are the command-line flags of the node agent, as a kubeadm systemd drop-in
 // passes them.
@@ -145,6 +149,15 @@ func (c *Config) StopAgent(ctx context.Context) error {
 // StartAgent starts the node agent again with the harness's flags followed by extraArgs,
 // and waits for its Node to be Ready.
 func (c *Config) StartAgent(ctx context.Context, extraArgs ...string) error {
+	if err := c.StartAgentNoWait(extraArgs...); err != nil {
+		return err
+	}
+	return c.waitNodeReady(ctx)
+}
+
+// StartAgentNoWait starts the node agent again as StartAgent does, without waiting for its
+// Node: for tests whose apiserver is away.
+func (c *Config) StartAgentNoWait(extraArgs ...string) error {
 	bin := c.path("bin", "nodeagent")
 	if c.Agent == AgentKubelet {
 		version, err := KubeVersion(c.RepoDir)
@@ -153,10 +166,8 @@ func (c *Config) StartAgent(ctx context.Context, extraArgs ...string) error {
 		}
 		bin = filepath.Join(c.BinDir(version), "kubelet")
 	}
-	if _, err := c.startDaemon("agent", bin, append(c.AgentArgs(), extraArgs...), nil); err != nil {
-		return err
-	}
-	return c.waitNodeReady(ctx)
+	_, err := c.startDaemon("agent", bin, append(c.AgentArgs(), extraArgs...), nil)
+	return err
 }
 
 // SwitchAgent replaces the running node agent with another kind (AgentNodeagent or
