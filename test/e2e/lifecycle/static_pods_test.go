@@ -32,7 +32,7 @@ func TestStaticPodsRunWithoutAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Agent != harness.AgentNodeagent {
-		t.Skipf("NODEAGENT_AGENT=%s", cfg.Agent)
+		t.Skipf("this test restarts nodeagent without an apiserver; NODEAGENT_AGENT=%s selects another agent", cfg.Agent)
 	}
 	before, err := framework.ReadMachineState(cfg)
 	if err != nil {
