@@ -276,6 +276,19 @@ func TestResourceMetricsAndAgentMetrics(t *testing.T) {
 	requireNodeagent(t)
 	ns := newNamespace(t, "metrics")
 	burner, holder := statsPods(t, ns)
+	// A pod whose image never existed makes the runtime refuse a pull: the
+	// errors counter shows only operations that have failed.
+	unpullable := busyboxPod("unpullable", corev1.RestartPolicyAlways, "true")
+	unpullable.Namespace = ns
+	unpullable.Spec.Containers[0].Image = harness.RegistryAddr + "/nodeagent/never-existed:metrics"
+	waitPod(t, createPod(t, unpullable), 2*time.Minute, func(p *corev1.Pod) error {
+		for _, c := range p.Status.ContainerStatuses {
+			if w := c.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+				return nil
+			}
+		}
+		return fmt.Errorf("containers %+v, want a pull refused", p.Status.ContainerStatuses)
+	})
 
 	framework.Eventually(t, 2*time.Minute, func() error {
 		out, err := framework.KubectlErr(t, nodeProxy("/metrics/resource")...)
@@ -373,8 +386,8 @@ func TestResourceMetricsAndAgentMetrics(t *testing.T) {
 				return fmt.Errorf("runtime operations %s = %v, %v", op, s, err)
 			}
 		}
-		if _, ok := m["kubelet_runtime_operations_errors_total"]; !ok && !strings.Contains(out, "# HELP kubelet_runtime_operations_errors_total") {
-			return fmt.Errorf("no kubelet_runtime_operations_errors_total")
+		if s, err := sampleOf(m, "kubelet_runtime_operations_errors_total", map[string]string{"operation_type": "pull_image"}); err != nil || s.Value == 0 {
+			return fmt.Errorf("runtime operation errors pull_image = %v, %v", s, err)
 		}
 		if s, err := sampleOf(m, "rest_client_requests_total", map[string]string{"method": "PATCH", "code": "200"}); err != nil || s.Value == 0 {
 			return fmt.Errorf("rest client PATCHes = %v, %v", s, err)
