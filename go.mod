@@ -3,6 +3,8 @@ module github.com/nodeagent/nodeagent
 go 1.26.0
 
 require (
+	github.com/container-storage-interface/spec v1.13.0
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-containerregistry v0.22.1
 	github.com/opencontainers/cgroups v0.0.7
 	github.com/prometheus/client_golang v1.24.0

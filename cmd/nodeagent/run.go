@@ -139,11 +139,13 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	csiNode := newCSINode(client, cfg.nodeName, cfg.rootDir)
 	volumes, err := volume.NewManager(volume.Config{
 		RootDir:     cfg.rootDir,
 		Client:      client,
 		NodeName:    types.NodeName(cfg.nodeName),
 		Allocatable: nodeCtrl.Allocatable,
+		CSIDrivers:  csiNode.registry,
 	})
 	if err != nil {
 		return err
@@ -283,6 +285,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return source.Run(gctx) })
 	g.Go(func() error { return staticPods.Run(gctx) })
 	g.Go(func() error { return mirrors.Run(gctx) })
+	g.Go(func() error { return csiNode.Run(gctx) })
 	g.Go(func() error {
 		envInformers.Start(gctx.Done())
 		<-gctx.Done()

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeagent/nodeagent/pkg/poddir"
+	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 )
 
 // Config configures a Manager.
@@ -34,9 +35,12 @@ type Config struct {
 	// Client reads configMaps, secrets and cluster trust bundles and
 	// requests service-account tokens. Without it those volumes fail.
 	Client kubernetes.Interface
-	// NodeName is this node's name; unused until the CSI plugin (which
-	// needs it for NodePublish and CSINode) lands.
+	// NodeName is this node's name: CSI volumes' attachments are named
+	// after it.
 	NodeName types.NodeName
+	// CSIDrivers holds the CSI drivers registered on this node. Without it
+	// persistentVolumeClaim, ephemeral and csi volumes are unsupported.
+	CSIDrivers *csi.Registry
 	// Clock times token refreshes. Defaults to the real clock.
 	Clock clock.PassiveClock
 	// Allocatable returns the node's allocatable resources: the default
@@ -115,6 +119,9 @@ func NewManager(cfg Config) (*Manager, error) {
 			newDownwardAPIPlugin(cfg.Allocatable, cfg.mounter),
 			newProjectedPlugin(&projectedPayload{objects: objects, tokens: tokens, allocatable: cfg.Allocatable}, cfg.mounter),
 		},
+	}
+	if cfg.CSIDrivers != nil {
+		m.plugins = append(m.plugins, newCSIPlugin(cfg.Client, cfg.CSIDrivers, string(cfg.NodeName), m.layout, cfg.mounter))
 	}
 	return m, nil
 }

@@ -1,0 +1,544 @@
+package volume
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/poddir"
+	"github.com/nodeagent/nodeagent/pkg/volume/csi"
+)
+
+const csiPluginName = "kubernetes.io/csi"
+
+// callTimeout bounds each call to a driver, as the kubelet's csiTimeout:
+// a driver that hangs fails the pass, which is retried.
+const callTimeout = 2 * time.Minute
+
+// Keys the kubelet adds to a volume's context for drivers whose CSIDriver
+// asks for pod information (podInfoOnMount).
+const (
+	ctxPodName        = "csi.storage.k8s.io/pod.name"
+	ctxPodNamespace   = "csi.storage.k8s.io/pod.namespace"
+	ctxPodUID         = "csi.storage.k8s.io/pod.uid"
+	ctxServiceAccount = "csi.storage.k8s.io/serviceAccount.name"
+	ctxEphemeral      = "csi.storage.k8s.io/ephemeral"
+)
+
+// volDataFile is the kubelet's record of a CSI volume, beside the pod's
+// mount directory and beside the global staging directory: what a
+// restarted agent (or a driver written for the kubelet) reads back.
+const volDataFile = "vol_data.json"
+
+// volData is the content of vol_data.json, with the kubelet's keys.
+type volData struct {
+	SpecVolID           string `json:"specVolID,omitempty"`
+	VolumeHandle        string `json:"volumeHandle"`
+	DriverName          string `json:"driverName"`
+	NodeName            string `json:"nodeName,omitempty"`
+	AttachmentID        string `json:"attachmentID,omitempty"`
+	VolumeLifecycleMode string `json:"volumeLifecycleMode,omitempty"`
+}
+
+// csiPlugin sets up persistentVolumeClaim volumes bound to CSI
+// PersistentVolumes, generic ephemeral volumes and inline CSI volumes:
+// NodeStageVolume into the volume's global directory (once per node),
+// then NodePublishVolume into the pod's volume directory.
+type csiPlugin struct {
+	client   kubernetes.Interface
+	drivers  *csi.Registry
+	nodeName string
+	layout   poddir.Layout
+	mounter  mounter
+
+	mu      sync.Mutex
+	volumes map[string]*sync.Mutex // per volume (driver^handle): stage, publish and unstage in turn
+	// staged holds the staging directories staged by this run, so the
+	// driver is asked once per volume; after a restart it is asked again,
+	// which CSI requires drivers to take as a no-op.
+	staged map[string]bool
+}
+
+func newCSIPlugin(client kubernetes.Interface, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
+	return &csiPlugin{client: client, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{}}
+}
+
+func (p *csiPlugin) name() string { return csiPluginName }
+
+func (p *csiPlugin) canSupport(vol *v1.Volume) bool {
+	return vol.CSI != nil || vol.PersistentVolumeClaim != nil || vol.Ephemeral != nil
+}
+
+// lockVolume serialises the node calls of one volume across pods.
+func (p *csiPlugin) lockVolume(driver, handle string) func() {
+	key := driver + "^" + handle
+	p.mu.Lock()
+	l, ok := p.volumes[key]
+	if !ok {
+		l = &sync.Mutex{}
+		p.volumes[key] = l
+	}
+	p.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// csiVolume is a pod volume resolved to what the driver is called with.
+type csiVolume struct {
+	driver, handle string
+	// dirName names the pod's volume directory: the PV's name for claims,
+	// the volume's own for inline volumes, as the kubelet names them.
+	dirName      string
+	ephemeral    bool // inline CSI volume (lifecycle mode Ephemeral)
+	readOnly     bool
+	fsType       string
+	mountOptions []string
+	accessMode   csipb.VolumeCapability_AccessMode_Mode
+	attributes   map[string]string
+	stageSecret  *v1.SecretReference
+	publishRef   *v1.SecretReference
+	rwo          bool
+}
+
+// resolve follows a pod volume to its CSI source: the claim, its bound PV.
+func (p *csiPlugin) resolve(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (*csiVolume, error) {
+	if vol.CSI != nil {
+		cv := &csiVolume{
+			driver:     vol.CSI.Driver,
+			handle:     inlineHandle(pod, vol.Name),
+			dirName:    vol.Name,
+			ephemeral:  true,
+			readOnly:   vol.CSI.ReadOnly != nil && *vol.CSI.ReadOnly,
+			attributes: vol.CSI.VolumeAttributes,
+			accessMode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+			rwo:        true,
+		}
+		if vol.CSI.FSType != nil {
+			cv.fsType = *vol.CSI.FSType
+		}
+		if ref := vol.CSI.NodePublishSecretRef; ref != nil {
+			cv.publishRef = &v1.SecretReference{Name: ref.Name, Namespace: pod.Namespace}
+		}
+		return cv, nil
+	}
+	if p.client == nil {
+		return nil, errors.New("no API client to read the claim")
+	}
+	claimName, readOnly := "", false
+	switch {
+	case vol.PersistentVolumeClaim != nil:
+		claimName, readOnly = vol.PersistentVolumeClaim.ClaimName, vol.PersistentVolumeClaim.ReadOnly
+	case vol.Ephemeral != nil:
+		claimName = pod.Name + "-" + vol.Name
+	}
+	pvc, err := p.client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("error processing PVC %s/%s: failed to fetch PVC from API server: %w", pod.Namespace, claimName, err)
+	}
+	if vol.Ephemeral != nil {
+		if ref := metav1.GetControllerOf(pvc); ref == nil || ref.UID != pod.UID {
+			return nil, fmt.Errorf("error processing PVC %s/%s: PVC %s/%s was not created for pod %s/%s (pod is not owner)",
+				pod.Namespace, claimName, pod.Namespace, claimName, pod.Namespace, pod.Name)
+		}
+	}
+	if pvc.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("error processing PVC %s/%s: can't start pod because PVC is being deleted", pod.Namespace, claimName)
+	}
+	if pvc.Status.Phase != v1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return nil, fmt.Errorf("error processing PVC %s/%s: PVC %s/%s has non-bound phase (%q) or empty pvc.Spec.VolumeName (%q)",
+			pod.Namespace, claimName, pod.Namespace, claimName, pvc.Status.Phase, pvc.Spec.VolumeName)
+	}
+	pv, err := p.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("error processing PVC %s/%s: failed to fetch PV %s from API server: %w", pod.Namespace, claimName, pvc.Spec.VolumeName, err)
+	}
+	if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != pvc.UID {
+		return nil, fmt.Errorf("error processing PVC %s/%s: PV %s is not bound to this claim", pod.Namespace, claimName, pv.Name)
+	}
+	src := pv.Spec.CSI
+	if src == nil {
+		return nil, fmt.Errorf("PersistentVolume %s: %w", pv.Name, errUnsupported)
+	}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
+		return nil, fmt.Errorf("PersistentVolume %s: block volumes (volumeDevices) are not supported by this node agent yet", pv.Name)
+	}
+	cv := &csiVolume{
+		driver:       src.Driver,
+		handle:       src.VolumeHandle,
+		dirName:      pv.Name,
+		readOnly:     readOnly || src.ReadOnly,
+		fsType:       src.FSType,
+		mountOptions: pv.Spec.MountOptions,
+		attributes:   src.VolumeAttributes,
+		accessMode:   accessMode(pv.Spec.AccessModes),
+		stageSecret:  src.NodeStageSecretRef,
+		publishRef:   src.NodePublishSecretRef,
+		rwo:          slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce) || slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOncePod),
+	}
+	return cv, nil
+}
+
+// inlineHandle is the handle of an inline volume, unique per pod and
+// volume as the kubelet makes it.
+func inlineHandle(pod *v1.Pod, volName string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(pod.UID)+volName)))
+}
+
+// accessMode maps a PV's access modes to the CSI mode the kubelet uses.
+func accessMode(modes []v1.PersistentVolumeAccessMode) csipb.VolumeCapability_AccessMode_Mode {
+	switch {
+	case slices.Contains(modes, v1.ReadWriteOncePod):
+		return csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	case slices.Contains(modes, v1.ReadWriteMany):
+		return csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	case slices.Contains(modes, v1.ReadOnlyMany) && !slices.Contains(modes, v1.ReadWriteOnce):
+		return csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	default:
+		return csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	}
+}
+
+// driverPolicy is what the CSIDriver object says of a driver, with the
+// API's defaults when there is none.
+type driverPolicy struct {
+	attachRequired bool
+	podInfoOnMount bool
+	fsGroupPolicy  storagev1.FSGroupPolicy
+	modes          []storagev1.VolumeLifecycleMode
+}
+
+func (p *csiPlugin) policy(ctx context.Context, driver string) (driverPolicy, error) {
+	pol := driverPolicy{attachRequired: true, fsGroupPolicy: storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy,
+		modes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}}
+	if p.client == nil {
+		return pol, nil
+	}
+	d, err := p.client.StorageV1().CSIDrivers().Get(ctx, driver, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return pol, nil
+	}
+	if err != nil {
+		return pol, fmt.Errorf("get CSIDriver %s: %w", driver, err)
+	}
+	if d.Spec.AttachRequired != nil {
+		pol.attachRequired = *d.Spec.AttachRequired
+	}
+	if d.Spec.PodInfoOnMount != nil {
+		pol.podInfoOnMount = *d.Spec.PodInfoOnMount
+	}
+	if d.Spec.FSGroupPolicy != nil {
+		pol.fsGroupPolicy = *d.Spec.FSGroupPolicy
+	}
+	if len(d.Spec.VolumeLifecycleModes) > 0 {
+		pol.modes = d.Spec.VolumeLifecycleModes
+	}
+	return pol, nil
+}
+
+// attachmentName is the VolumeAttachment the attach/detach controller
+// makes for a volume on a node.
+func attachmentName(handle, driver, node string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
+}
+
+// stagingDir is the volume's global directory on this node:
+// plugins/kubernetes.io/csi/<driver>/<sha256(handle)>, whose globalmount
+// the driver stages into.
+func (p *csiPlugin) stagingDir(driver, handle string) string {
+	return filepath.Join(p.layout.Root(), "plugins", csiPluginName, poddir.EscapePluginName(driver),
+		fmt.Sprintf("%x", sha256.Sum256([]byte(handle))))
+}
+
+func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error) {
+	cv, err := p.resolve(ctx, req.pod, req.vol)
+	if err != nil {
+		return Mount{}, err
+	}
+	pol, err := p.policy(ctx, cv.driver)
+	if err != nil {
+		return Mount{}, err
+	}
+	mode := storagev1.VolumeLifecyclePersistent
+	if cv.ephemeral {
+		mode = storagev1.VolumeLifecycleEphemeral
+	}
+	if !slices.Contains(pol.modes, mode) {
+		return Mount{}, fmt.Errorf("volume mode %q not supported by driver %s (only supports %q)", mode, cv.driver, pol.modes)
+	}
+	driver, err := p.drivers.Driver(cv.driver)
+	if err != nil {
+		return Mount{}, err
+	}
+	dir := filepath.Join(filepath.Dir(req.dir), cv.dirName)
+	target := filepath.Join(dir, "mount")
+	mnt := Mount{HostPath: target, ReadOnly: cv.readOnly, Managed: true, Plugin: csiPluginName}
+
+	unlock := p.lockVolume(cv.driver, cv.handle)
+	defer unlock()
+	mps, err := p.mounter.mountPoints()
+	if err != nil {
+		return Mount{}, err
+	}
+	if _, ok := findMount(mps, target); ok {
+		return mnt, nil // published by an earlier pass
+	}
+
+	var publishContext map[string]string
+	attachID := ""
+	if pol.attachRequired && !cv.ephemeral {
+		attachID = attachmentName(cv.handle, cv.driver, p.nodeName)
+		if publishContext, err = p.waitAttached(ctx, attachID, cv); err != nil {
+			return Mount{}, err
+		}
+	}
+	capability := &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: cv.fsType, MountFlags: cv.mountOptions}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: cv.accessMode},
+	}
+
+	staging := ""
+	if driver.StageUnstage && !cv.ephemeral {
+		gdir := p.stagingDir(cv.driver, cv.handle)
+		staging = filepath.Join(gdir, "globalmount")
+		if err := os.MkdirAll(staging, 0o750); err != nil {
+			return Mount{}, fmt.Errorf("create staging directory: %w", err)
+		}
+		if err := writeVolData(gdir, volData{VolumeHandle: cv.handle, DriverName: cv.driver}); err != nil {
+			return Mount{}, err
+		}
+		if err := p.stage(ctx, driver, cv, staging, publishContext, capability); err != nil {
+			return Mount{}, err
+		}
+	}
+
+	// The driver creates the target itself; the kubelet makes its parent
+	// and records the volume there first, so that a pass cut short still
+	// leaves enough for the teardown to unpublish.
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return Mount{}, fmt.Errorf("create volume directory: %w", err)
+	}
+	data := volData{SpecVolID: cv.dirName, VolumeHandle: cv.handle, DriverName: cv.driver, NodeName: p.nodeName,
+		AttachmentID: attachID, VolumeLifecycleMode: string(mode)}
+	if err := writeVolData(dir, data); err != nil {
+		return Mount{}, err
+	}
+	volCtx := map[string]string{}
+	for k, v := range cv.attributes {
+		volCtx[k] = v
+	}
+	if pol.podInfoOnMount {
+		volCtx[ctxPodName] = req.pod.Name
+		volCtx[ctxPodNamespace] = req.pod.Namespace
+		volCtx[ctxPodUID] = string(req.pod.UID)
+		volCtx[ctxServiceAccount] = req.pod.Spec.ServiceAccountName
+		volCtx[ctxEphemeral] = fmt.Sprint(cv.ephemeral)
+	}
+	secrets, err := p.secrets(ctx, cv.publishRef)
+	if err != nil {
+		return Mount{}, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	_, err = driver.Node().NodePublishVolume(cctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
+		VolumeCapability: capability, Readonly: cv.readOnly, Secrets: secrets, VolumeContext: volCtx,
+	})
+	cancel()
+	if err != nil {
+		return Mount{}, err
+	}
+	if fsGroupApplies(pol.fsGroupPolicy, cv) {
+		if err := planFSGroup(req.fsGroup, req.fsGroupPolicy, cv.readOnly).apply(target); err != nil {
+			return Mount{}, fmt.Errorf("apply fsGroup: %w", err)
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("CSI volume published", "volume", req.vol.Name, "driver", cv.driver,
+		"handle", cv.handle, "staged", staging != "", "target", target)
+	return mnt, nil
+}
+
+// stage calls NodeStageVolume unless this run already did for the volume.
+func (p *csiPlugin) stage(ctx context.Context, driver *csi.Driver, cv *csiVolume, staging string,
+	publishContext map[string]string, capability *csipb.VolumeCapability) error {
+	p.mu.Lock()
+	done := p.staged[staging]
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	secrets, err := p.secrets(ctx, cv.stageSecret)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := driver.Node().NodeStageVolume(cctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging,
+		VolumeCapability: capability, Secrets: secrets, VolumeContext: cv.attributes,
+	}); err != nil {
+		return fmt.Errorf("MountDevice (NodeStageVolume): %w", err)
+	}
+	p.mu.Lock()
+	p.staged[staging] = true
+	p.mu.Unlock()
+	return nil
+}
+
+// fsGroupApplies says whether the pod's fsGroup owns the volume's files,
+// by the driver's fsGroupPolicy.
+func fsGroupApplies(policy storagev1.FSGroupPolicy, cv *csiVolume) bool {
+	switch policy {
+	case storagev1.FileFSGroupPolicy:
+		return !cv.readOnly
+	case storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy:
+		return !cv.readOnly && cv.fsType != "" && cv.rwo
+	default:
+		return false
+	}
+}
+
+// waitAttached returns the publish context of the volume's attachment once
+// the attach/detach controller and the driver's attacher report it
+// attached; until then the volume fails and the pod's pass is retried.
+func (p *csiPlugin) waitAttached(ctx context.Context, name string, cv *csiVolume) (map[string]string, error) {
+	va, err := p.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("volume %s (driver %s) is not attached yet: VolumeAttachment %s does not exist", cv.handle, cv.driver, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
+	}
+	if !va.Status.Attached {
+		if e := va.Status.AttachError; e != nil {
+			return nil, fmt.Errorf("volume attachment %s failed: %s", name, e.Message)
+		}
+		return nil, fmt.Errorf("volume %s (driver %s) is not attached yet: VolumeAttachment %s is being attached", cv.handle, cv.driver, name)
+	}
+	return va.Status.AttachmentMetadata, nil
+}
+
+// secrets reads a secret a driver needs for a call.
+func (p *csiPlugin) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
+	if ref == nil || p.client == nil {
+		return nil, nil
+	}
+	s, err := p.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("fetch secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(s.Data))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+func writeVolData(dir string, d volData) error {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, volDataFile)
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o640); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func readVolData(dir string) (volData, error) {
+	var d volData
+	b, err := os.ReadFile(filepath.Join(dir, volDataFile))
+	if err != nil {
+		return d, err
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, fmt.Errorf("parse %s: %w", filepath.Join(dir, volDataFile), err)
+	}
+	return d, nil
+}
+
+// tearDown unpublishes the pod's volume at dir and, when no other pod on
+// the node still uses the volume, unstages it from its global directory.
+func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
+	data, err := readVolData(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return removeDir(p.mounter, dir) // nothing was ever published here
+	}
+	if err != nil {
+		return err
+	}
+	driver, err := p.drivers.Driver(data.DriverName)
+	if err != nil {
+		return fmt.Errorf("UnmountVolume.TearDown: %w", err)
+	}
+	unlock := p.lockVolume(data.DriverName, data.VolumeHandle)
+	defer unlock()
+	target := filepath.Join(dir, "mount")
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	_, err = driver.Node().NodeUnpublishVolume(cctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("UnmountVolume.TearDown (NodeUnpublishVolume): %w", err)
+	}
+	if err := removeDir(p.mounter, dir); err != nil {
+		return err
+	}
+	if data.VolumeLifecycleMode == string(storagev1.VolumeLifecycleEphemeral) || !driver.StageUnstage {
+		return nil
+	}
+	inUse, err := p.publishedElsewhere(data.DriverName, data.VolumeHandle)
+	if err != nil || inUse {
+		return err
+	}
+	gdir := p.stagingDir(data.DriverName, data.VolumeHandle)
+	if _, err := os.Lstat(gdir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	cctx, cancel = context.WithTimeout(ctx, callTimeout)
+	_, err = driver.Node().NodeUnstageVolume(cctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.VolumeHandle,
+		StagingTargetPath: filepath.Join(gdir, "globalmount")})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("UnmountDevice (NodeUnstageVolume): %w", err)
+	}
+	p.mu.Lock()
+	delete(p.staged, filepath.Join(gdir, "globalmount"))
+	p.mu.Unlock()
+	return removeDir(p.mounter, gdir)
+}
+
+// publishedElsewhere says whether any pod directory still records the
+// volume: the disk, not memory, so it holds across restarts.
+func (p *csiPlugin) publishedElsewhere(driver, handle string) (bool, error) {
+	pattern := filepath.Join(p.layout.PodsDir(), "*", "volumes", poddir.EscapePluginName(csiPluginName), "*", volDataFile)
+	files, err := filepath.Glob(pattern)
+	if err != nil {
+		return false, err
+	}
+	for _, f := range files {
+		d, err := readVolData(filepath.Dir(f))
+		if err == nil && d.DriverName == driver && d.VolumeHandle == handle {
+			return true, nil
+		}
+	}
+	return false, nil
+}
