@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -109,6 +110,9 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	// The volume manager is built after the node controller (it sizes
+	// memory-backed volumes by allocatable) and before anything runs.
+	var volumes *volume.Manager
 	nodeCtrl, err := node.New(node.Config{
 		// The node's readiness includes the PLEG's health, as a kubelet's.
 		HealthChecks:           []node.HealthCheck{{Name: "PLEG", Check: podEvents.Healthy}},
@@ -135,12 +139,13 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		LeaseDurationSeconds:   kc.NodeLeaseDurationSeconds,
 		KubeletPort:            kc.Port,
 		KubeletVersion:         cfg.version,
+		VolumesInUse:           func() []v1.UniqueVolumeName { return volumes.VolumesInUse() },
 	})
 	if err != nil {
 		return err
 	}
 	csiNode := newCSINode(client, cfg.nodeName, cfg.rootDir)
-	volumes, err := volume.NewManager(volume.Config{
+	volumes, err = volume.NewManager(volume.Config{
 		RootDir:     cfg.rootDir,
 		Client:      client,
 		NodeName:    types.NodeName(cfg.nodeName),

@@ -92,6 +92,10 @@ type Config struct {
 
 	// KubeletPort is daemonEndpoints.kubeletEndpoint.Port.
 	KubeletPort int32
+	// VolumesInUse lists the attachable volumes mounted on the node or
+	// being mounted (status.volumesInUse): the attach/detach controller
+	// never detaches those. Optional.
+	VolumesInUse func() []v1.UniqueVolumeName
 	// KubeletVersion is nodeInfo.kubeletVersion, e.g. "v1.37.1".
 	KubeletVersion string
 }

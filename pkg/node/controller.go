@@ -152,6 +152,10 @@ func (c *Controller) observe(ctx context.Context) (observation, error) {
 	c.addrs = obs.addresses
 	c.mu.Unlock()
 
+	if c.cfg.VolumesInUse != nil {
+		obs.volumesInUse = c.cfg.VolumesInUse()
+	}
+
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RuntimeCallTimeout)
 	defer cancel()
 	obs.status, err = c.cfg.Runtime.Status(rctx)

@@ -25,6 +25,8 @@ type observation struct {
 	status    *runtimeapi.StatusResponse  // nil when the runtime did not answer
 	images    []*runtimeapi.Image         // nil when the list failed
 	notReady  error                       // why the node is not Ready; nil when it is
+	// volumesInUse are the attachable volumes mounted or being mounted.
+	volumesInUse []v1.UniqueVolumeName
 }
 
 // initialNode is the Node the agent creates: metadata and spec from the
@@ -97,6 +99,7 @@ func setStatus(cfg *Config, n *v1.Node, obs observation, now metav1.Time) {
 	if obs.images != nil {
 		s.Images = nodeImages(obs.images, cfg.MaxImages)
 	}
+	s.VolumesInUse = obs.volumesInUse
 	s.Conditions = conditions(s.Conditions, obs.notReady, now)
 }
 

@@ -319,7 +319,7 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		if err := os.MkdirAll(staging, 0o750); err != nil {
 			return Mount{}, fmt.Errorf("create staging directory: %w", err)
 		}
-		if err := writeVolData(gdir, volData{VolumeHandle: cv.handle, DriverName: cv.driver}); err != nil {
+		if err := writeVolData(gdir, volData{VolumeHandle: cv.handle, DriverName: cv.driver, AttachmentID: attachID}); err != nil {
 			return Mount{}, err
 		}
 		if err := p.stage(ctx, driver, cv, staging, publishContext, capability); err != nil {
@@ -541,4 +541,32 @@ func (p *csiPlugin) publishedElsewhere(driver, handle string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// inUse lists the attachable volumes recorded on disk, staged or published:
+// from before NodeStage until after NodeUnstage, so the attach/detach
+// controller never detaches a volume still mounted here.
+func (p *csiPlugin) inUse() []v1.UniqueVolumeName {
+	patterns := []string{
+		filepath.Join(p.layout.Root(), "plugins", csiPluginName, "*", "*", volDataFile),
+		filepath.Join(p.layout.PodsDir(), "*", "volumes", poddir.EscapePluginName(csiPluginName), "*", volDataFile),
+	}
+	seen := map[v1.UniqueVolumeName]bool{}
+	var out []v1.UniqueVolumeName
+	for _, pattern := range patterns {
+		files, _ := filepath.Glob(pattern)
+		for _, f := range files {
+			d, err := readVolData(filepath.Dir(f))
+			if err != nil || d.AttachmentID == "" {
+				continue
+			}
+			name := v1.UniqueVolumeName(csiPluginName + "/" + d.DriverName + "^" + d.VolumeHandle)
+			if !seen[name] {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

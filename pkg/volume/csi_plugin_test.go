@@ -120,6 +120,9 @@ func TestCSIClaimStagedOncePublishedPerPod(t *testing.T) {
 	if _, err := f.mgr.MountPod(ctx, podB); err != nil {
 		t.Fatal(err)
 	}
+	if got := f.mgr.VolumesInUse(); len(got) != 0 {
+		t.Fatalf("volumes of a driver without attachment reported in use: %v", got)
+	}
 	want := []string{"NodeStageVolume handle-pv-1", "NodePublishVolume handle-pv-1", "NodePublishVolume handle-pv-1"}
 	if got := f.driver.Calls(); !slices.Equal(got, want) {
 		t.Fatalf("calls = %v, want %v", got, want)
@@ -214,6 +217,15 @@ func TestCSIVolumeFailures(t *testing.T) {
 		data, _ := readVolData(filepath.Join(f.root, "pods/uid-a/volumes/kubernetes.io~csi/pv-1"))
 		if data.AttachmentID != va.Name {
 			t.Fatalf("attachment ID = %q, want %q", data.AttachmentID, va.Name)
+		}
+		if got := f.mgr.VolumesInUse(); !slices.Equal(got, []v1.UniqueVolumeName{"kubernetes.io/csi/fake.csi.dev^handle-pv-1"}) {
+			t.Fatalf("volumes in use = %v", got)
+		}
+		if err := f.mgr.UnmountPod(ctx, pod.UID); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.mgr.VolumesInUse(); len(got) != 0 {
+			t.Fatalf("volumes in use after teardown = %v", got)
 		}
 	})
 	t.Run("publish fails then succeeds", func(t *testing.T) {

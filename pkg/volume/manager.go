@@ -235,6 +235,15 @@ func (m *Manager) NextRefresh(uid types.UID) (time.Time, bool) {
 	return m.tokens.nextRefresh(uid)
 }
 
+// VolumesInUse lists the node's attachable volumes that are mounted or
+// being mounted, for the Node's status.volumesInUse.
+func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
+	if p, ok := m.pluginByName(csiPluginName).(*csiPlugin); ok {
+		return p.inUse()
+	}
+	return nil
+}
+
 // errUnsupported is the error of a volume kind no plugin handles yet.
 var errUnsupported = errors.New("volume type is not supported by this node agent")
 

@@ -47,6 +47,10 @@ authorization:
 // pod, mirrored in the apiserver.
 func (c *Config) StaticPodDir() string { return c.path("agent", "manifests") }
 
+// AgentRootDir is the agents' --root-dir (the kubelet's /var/lib/kubelet): pods,
+// plugins and plugins_registry live below it.
+func (c *Config) AgentRootDir() string { return c.path("agent", "root") }
+
 // AgentArgs are the command-line flags of the node agent, as a kubeadm systemd drop-in
 // passes them.
 func (c *Config) AgentArgs() []string {
@@ -56,7 +60,7 @@ func (c *Config) AgentArgs() []string {
 		"--container-runtime-endpoint=" + c.CRIEndpoint(),
 		"--node-ip=" + NodeIP,
 		"--hostname-override=" + NodeName,
-		"--root-dir=" + c.path("agent", "root"),
+		"--root-dir=" + c.AgentRootDir(),
 		"--cert-dir=" + c.AgentCertDir(),
 		"--v=2",
 	}
