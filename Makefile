@@ -40,11 +40,13 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 
-# One cluster per suite; the lifecycle suite checks the teardown of the first; the TLS suite
+# One cluster per suite; the lifecycle suite checks the teardown of the first; csi-sanity
+# checks the project's hostpath CSI driver on this machine, without a cluster; the TLS suite
 # runs last, on a cluster of its own.
 e2e:
 	$(GO) test -tags e2e -count=1 -p 1 -parallel 4 -timeout 60m -v $(E2E_FLAGS) ./test/e2e/
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/lifecycle/
+	$(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/csisanity/
 	$(MAKE) e2e-tls
 
 # TLS bootstrap and certificate rotation on a cluster of its own (NODEAGENT_TLS_BOOTSTRAP,

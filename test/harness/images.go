@@ -231,7 +231,7 @@ func agnhostConfig(cmd []string) v1.Config {
 }
 
 // pushImages builds pause, busybox and agnhost and pushes them to the local registry under
-// the paths their public names map to.
+// the paths their public names map to, and the project's CSI images under nodeagent/.
 func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	b, err := c.buildBaseImages(ctx, upstreamBin)
 	if err != nil {
@@ -243,6 +243,13 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 		"e2e-test-images/agnhost:" + AgnhostTag:    b.agnhost,
 		"library/busybox:1.37":                     b.busybox,
 		"library/busybox:latest":                   b.busybox,
+	}
+	csi, err := c.buildCSIImages(ctx, b.busyboxLayer)
+	if err != nil {
+		return err
+	}
+	for path, img := range csi {
+		pushes[path] = img
 	}
 	for path, img := range pushes {
 		if err := pushImage(ctx, RegistryAddr+"/"+path, img); err != nil {
