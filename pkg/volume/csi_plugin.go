@@ -14,6 +14,8 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -496,7 +498,9 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	_, err = driver.Node().NodeUnpublishVolume(cctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target})
 	cancel()
-	if err != nil {
+	// NotFound: the driver no longer knows the volume (an earlier pass
+	// unpublished it and was cut short): nothing is left to undo.
+	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("UnmountVolume.TearDown (NodeUnpublishVolume): %w", err)
 	}
 	if err := removeDir(p.mounter, dir); err != nil {
@@ -517,7 +521,7 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 	_, err = driver.Node().NodeUnstageVolume(cctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.VolumeHandle,
 		StagingTargetPath: filepath.Join(gdir, "globalmount")})
 	cancel()
-	if err != nil {
+	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("UnmountDevice (NodeUnstageVolume): %w", err)
 	}
 	p.mu.Lock()

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -287,5 +289,34 @@ func TestCSIInlineVolume(t *testing.T) {
 	}
 	if got := f.driver.Calls(); len(got) != 2 || !strings.HasPrefix(got[1], "NodeUnpublishVolume csi-") {
 		t.Fatalf("calls = %v", got)
+	}
+}
+
+// TestCSITeardownAfterTheDriverForgot: a driver that answers NodeUnpublish
+// with NotFound no longer has the volume, so the pod's directory goes; any
+// other error keeps it for the next try.
+func TestCSITeardownAfterTheDriverForgot(t *testing.T) {
+	ctx := context.Background()
+	f := newCSIFixture(t, true, csiDriverObject(false, false, storagev1.VolumeLifecycleEphemeral))
+	pod := basePod(func(p *v1.Pod) {
+		p.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: testDriver}}}}
+	})
+	if _, err := f.mgr.MountPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(f.root, "pods/uid-1/volumes/kubernetes.io~csi/scratch")
+	f.driver.UnpublishErr = status.Error(codes.Internal, "driver trouble")
+	if err := f.mgr.UnmountPod(ctx, pod.UID); err == nil || !strings.Contains(err.Error(), "driver trouble") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, volDataFile)); err != nil {
+		t.Fatalf("vol_data.json gone after a failed unpublish: %v", err)
+	}
+	f.driver.UnpublishErr = status.Error(codes.NotFound, "no such volume")
+	if err := f.mgr.UnmountPod(ctx, pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(f.root, "pods/uid-1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pod directory left: %v", err)
 	}
 }

@@ -33,6 +33,8 @@ type Driver struct {
 	// target in a fake mount table); OnUnpublish at each unpublish.
 	OnPublish   func(req *csipb.NodePublishVolumeRequest)
 	OnUnpublish func(req *csipb.NodeUnpublishVolumeRequest)
+	// UnpublishErr, when set, is what NodeUnpublishVolume answers.
+	UnpublishErr error
 
 	mu    sync.Mutex
 	calls []string
@@ -116,6 +118,12 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolu
 
 func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
 	d.record("NodeUnpublishVolume", req.GetVolumeId(), req)
+	d.mu.Lock()
+	uerr := d.UnpublishErr
+	d.mu.Unlock()
+	if uerr != nil {
+		return nil, uerr
+	}
 	if d.OnUnpublish != nil {
 		d.OnUnpublish(req)
 	}
