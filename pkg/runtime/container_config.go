@@ -35,6 +35,8 @@ type ContainerInputs struct {
 	// Mounts are the container's binds: volumes, /etc/hosts, the
 	// termination message file.
 	Mounts []*runtimeapi.Mount
+	// Devices are the block volumes the container names in volumeDevices.
+	Devices []*runtimeapi.Device
 	// Security is the container's resolved security context
 	// (ContainerSecurity); nil gives the runtime's defaults.
 	Security *runtimeapi.LinuxContainerSecurityContext
@@ -58,6 +60,7 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 		WorkingDir:  c.WorkingDir,
 		Envs:        in.Env,
 		Mounts:      in.Mounts,
+		Devices:     in.Devices,
 		Labels:      containerLabels(pod, c.Name),
 		Annotations: containerAnnotations(pod, c, restartCount, in),
 		LogPath:     ContainerLogPath(c.Name, restartCount),

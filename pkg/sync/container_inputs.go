@@ -53,6 +53,9 @@ func (p *pass) containerInputs(ctx context.Context, c *v1.Container, init bool, 
 		return in, err
 	}
 	in.Mounts = append(in.Mounts, mounts...)
+	if in.Devices, err = p.volumeDevices(c); err != nil {
+		return in, err
+	}
 
 	hosts, err := p.etcHostsMount(c)
 	if err != nil {

@@ -165,6 +165,9 @@ func (p *pass) volumeMounts(ctx context.Context, c *v1.Container, env map[string
 		if err != nil {
 			return nil, err
 		}
+		if m.Block {
+			return nil, fmt.Errorf("volume %q is a block volume: container %q must name it in volumeDevices, not volumeMounts", vm.Name, c.Name)
+		}
 		if m.Image {
 			iv := p.imageVolumes[vm.Name]
 			if iv.spec == nil {
@@ -195,6 +198,23 @@ func (p *pass) volumeMounts(ctx context.Context, c *v1.Container, env map[string
 			RecursiveReadOnly: readOnly && vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly != v1.RecursiveReadOnlyDisabled,
 			Propagation:       prop,
 		})
+	}
+	return out, nil
+}
+
+// volumeDevices turns the container's volumeDevices into the block devices
+// the runtime makes in it.
+func (p *pass) volumeDevices(c *v1.Container) ([]*runtimeapi.Device, error) {
+	var out []*runtimeapi.Device
+	for _, vd := range c.VolumeDevices {
+		m, ok := p.w.volumes.mounts[vd.Name]
+		if !ok {
+			return nil, fmt.Errorf("cannot find volume %q to map into container %q", vd.Name, c.Name)
+		}
+		if !m.Block {
+			return nil, fmt.Errorf("volume %q is not a block volume: container %q must name it in volumeMounts, not volumeDevices", vd.Name, c.Name)
+		}
+		out = append(out, &runtimeapi.Device{ContainerPath: vd.DevicePath, HostPath: m.HostPath, Permissions: "mrw"})
 	}
 	return out, nil
 }

@@ -56,6 +56,9 @@ type volData struct {
 	NodeName            string `json:"nodeName,omitempty"`
 	AttachmentID        string `json:"attachmentID,omitempty"`
 	VolumeLifecycleMode string `json:"volumeLifecycleMode,omitempty"`
+	// Block marks a raw block volume (the agent's own key): it is
+	// published under plugins/kubernetes.io/csi/volumeDevices, not here.
+	Block bool `json:"block,omitempty"`
 }
 
 // csiPlugin sets up persistentVolumeClaim volumes bound to CSI
@@ -116,6 +119,7 @@ type csiVolume struct {
 	stageSecret  *v1.SecretReference
 	publishRef   *v1.SecretReference
 	rwo          bool
+	block        bool // volumeMode Block: a device for volumeDevices
 }
 
 // resolve follows a pod volume to its CSI source: the claim, its bound PV.
@@ -177,9 +181,6 @@ func (p *csiPlugin) resolve(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (*
 	if src == nil {
 		return nil, fmt.Errorf("PersistentVolume %s: %w", pv.Name, errUnsupported)
 	}
-	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
-		return nil, fmt.Errorf("PersistentVolume %s: block volumes (volumeDevices) are not supported by this node agent yet", pv.Name)
-	}
 	cv := &csiVolume{
 		driver:       src.Driver,
 		handle:       src.VolumeHandle,
@@ -192,6 +193,7 @@ func (p *csiPlugin) resolve(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (*
 		stageSecret:  src.NodeStageSecretRef,
 		publishRef:   src.NodePublishSecretRef,
 		rwo:          slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce) || slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOncePod),
+		block:        pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock,
 	}
 	return cv, nil
 }
@@ -259,6 +261,14 @@ func attachmentName(handle, driver, node string) string {
 	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
 }
 
+// The kubelet's places for raw block volumes, by PV name:
+// volumeDevices/staging/<pv> (NodeStage), volumeDevices/publish/<pv>/<pod
+// UID> (the device NodePublish makes) and volumeDevices/<pv>/data (the
+// volume's record).
+func (p *csiPlugin) blockDir(elem ...string) string {
+	return filepath.Join(append([]string{p.layout.Root(), "plugins", csiPluginName, "volumeDevices"}, elem...)...)
+}
+
 // stagingDir is the volume's global directory on this node:
 // plugins/kubernetes.io/csi/<driver>/<sha256(handle)>, whose globalmount
 // the driver stages into.
@@ -289,7 +299,10 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 	}
 	dir := filepath.Join(filepath.Dir(req.dir), cv.dirName)
 	target := filepath.Join(dir, "mount")
-	mnt := Mount{HostPath: target, ReadOnly: cv.readOnly, Managed: true, Plugin: csiPluginName}
+	if cv.block {
+		target = p.blockDir("publish", cv.dirName, string(req.pod.UID))
+	}
+	mnt := Mount{HostPath: target, ReadOnly: cv.readOnly, Managed: true, Plugin: csiPluginName, Block: cv.block}
 
 	unlock := p.lockVolume(cv.driver, cv.handle)
 	defer unlock()
@@ -313,11 +326,20 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: cv.fsType, MountFlags: cv.mountOptions}},
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: cv.accessMode},
 	}
+	if cv.block {
+		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+	}
 
 	staging := ""
 	if driver.StageUnstage && !cv.ephemeral {
 		gdir := p.stagingDir(cv.driver, cv.handle)
 		staging = filepath.Join(gdir, "globalmount")
+		if cv.block {
+			gdir, staging = p.blockDir(cv.dirName, "data"), p.blockDir("staging", cv.dirName)
+		}
+		if err := os.MkdirAll(gdir, 0o750); err != nil {
+			return Mount{}, fmt.Errorf("create volume directory: %w", err)
+		}
 		if err := os.MkdirAll(staging, 0o750); err != nil {
 			return Mount{}, fmt.Errorf("create staging directory: %w", err)
 		}
@@ -335,8 +357,11 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return Mount{}, fmt.Errorf("create volume directory: %w", err)
 	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return Mount{}, fmt.Errorf("create volume directory: %w", err)
+	}
 	data := volData{SpecVolID: cv.dirName, VolumeHandle: cv.handle, DriverName: cv.driver, NodeName: p.nodeName,
-		AttachmentID: attachID, VolumeLifecycleMode: string(mode)}
+		AttachmentID: attachID, VolumeLifecycleMode: string(mode), Block: cv.block}
 	if err := writeVolData(dir, data); err != nil {
 		return Mount{}, err
 	}
@@ -364,7 +389,7 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 	if err != nil {
 		return Mount{}, err
 	}
-	if fsGroupApplies(pol.fsGroupPolicy, cv) {
+	if !cv.block && fsGroupApplies(pol.fsGroupPolicy, cv) {
 		if err := planFSGroup(req.fsGroup, req.fsGroupPolicy, cv.readOnly).apply(target); err != nil {
 			return Mount{}, fmt.Errorf("apply fsGroup: %w", err)
 		}
@@ -495,6 +520,11 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 	unlock := p.lockVolume(data.DriverName, data.VolumeHandle)
 	defer unlock()
 	target := filepath.Join(dir, "mount")
+	if data.Block {
+		// dir is pods/<uid>/volumes/kubernetes.io~csi/<pv>.
+		podUID := filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(dir))))
+		target = p.blockDir("publish", data.SpecVolID, podUID)
+	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	_, err = driver.Node().NodeUnpublishVolume(cctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target})
 	cancel()
@@ -502,6 +532,12 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 	// unpublished it and was cut short): nothing is left to undo.
 	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("UnmountVolume.TearDown (NodeUnpublishVolume): %w", err)
+	}
+	if data.Block {
+		if err := removeDir(p.mounter, target); err != nil {
+			return err
+		}
+		_ = os.Remove(filepath.Dir(target)) // the PV's publish directory, once empty
 	}
 	if err := removeDir(p.mounter, dir); err != nil {
 		return err
@@ -514,19 +550,28 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 		return err
 	}
 	gdir := p.stagingDir(data.DriverName, data.VolumeHandle)
-	if _, err := os.Lstat(gdir); errors.Is(err, fs.ErrNotExist) {
-		return nil
+	staging := filepath.Join(gdir, "globalmount")
+	if data.Block {
+		gdir, staging = p.blockDir(data.SpecVolID), p.blockDir("staging", data.SpecVolID)
+	}
+	if _, err := os.Lstat(staging); errors.Is(err, fs.ErrNotExist) {
+		return removeDir(p.mounter, gdir)
 	}
 	cctx, cancel = context.WithTimeout(ctx, callTimeout)
 	_, err = driver.Node().NodeUnstageVolume(cctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.VolumeHandle,
-		StagingTargetPath: filepath.Join(gdir, "globalmount")})
+		StagingTargetPath: staging})
 	cancel()
 	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("UnmountDevice (NodeUnstageVolume): %w", err)
 	}
 	p.mu.Lock()
-	delete(p.staged, filepath.Join(gdir, "globalmount"))
+	delete(p.staged, staging)
 	p.mu.Unlock()
+	if data.Block {
+		if err := removeDir(p.mounter, staging); err != nil {
+			return err
+		}
+	}
 	return removeDir(p.mounter, gdir)
 }
 
@@ -553,6 +598,7 @@ func (p *csiPlugin) publishedElsewhere(driver, handle string) (bool, error) {
 func (p *csiPlugin) inUse() []v1.UniqueVolumeName {
 	patterns := []string{
 		filepath.Join(p.layout.Root(), "plugins", csiPluginName, "*", "*", volDataFile),
+		p.blockDir("*", "data", volDataFile),
 		filepath.Join(p.layout.PodsDir(), "*", "volumes", poddir.EscapePluginName(csiPluginName), "*", volDataFile),
 	}
 	seen := map[v1.UniqueVolumeName]bool{}

@@ -320,3 +320,44 @@ func TestCSITeardownAfterTheDriverForgot(t *testing.T) {
 		t.Fatalf("pod directory left: %v", err)
 	}
 }
+
+// TestCSIBlockVolume: a PV of volumeMode Block is staged and published in
+// the kubelet's volumeDevices places, handed over as a device, and torn
+// down from there.
+func TestCSIBlockVolume(t *testing.T) {
+	ctx := context.Background()
+	pvc, pv := boundClaim("raw", "pv-b")
+	block := v1.PersistentVolumeBlock
+	pv.Spec.VolumeMode = &block
+	f := newCSIFixture(t, true, pvc, pv, csiDriverObject(false, false))
+	pod := claimPod("uid-a", "raw")
+	mounts, err := f.mgr.MountPod(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := filepath.Join(f.root, "plugins/kubernetes.io/csi/volumeDevices/publish/pv-b/uid-a")
+	if m := mounts["data"]; !m.Block || m.HostPath != publish {
+		t.Fatalf("mount = %+v, want the device at %s", m, publish)
+	}
+	stage := f.driver.Last("NodeStageVolume").(*csipb.NodeStageVolumeRequest)
+	pub := f.driver.Last("NodePublishVolume").(*csipb.NodePublishVolumeRequest)
+	if stage.GetStagingTargetPath() != filepath.Join(f.root, "plugins/kubernetes.io/csi/volumeDevices/staging/pv-b") ||
+		stage.GetVolumeCapability().GetBlock() == nil || pub.GetVolumeCapability().GetBlock() == nil || pub.GetTargetPath() != publish {
+		t.Fatalf("stage %v, publish %v", stage, pub)
+	}
+	if _, err := f.mgr.MountPod(ctx, pod); err != nil || len(f.driver.Calls()) != 2 {
+		t.Fatalf("second sync: %v, calls %v", err, f.driver.Calls())
+	}
+	if err := f.mgr.UnmountPod(ctx, pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.driver.Calls()[2:]; !slices.Equal(got, []string{"NodeUnpublishVolume handle-pv-b", "NodeUnstageVolume handle-pv-b"}) {
+		t.Fatalf("teardown calls = %v", got)
+	}
+	for _, p := range []string{"pods/uid-a", "plugins/kubernetes.io/csi/volumeDevices/publish/pv-b",
+		"plugins/kubernetes.io/csi/volumeDevices/staging/pv-b", "plugins/kubernetes.io/csi/volumeDevices/pv-b"} {
+		if _, err := os.Lstat(filepath.Join(f.root, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind: %v", p, err)
+		}
+	}
+}

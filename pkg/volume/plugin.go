@@ -50,6 +50,9 @@ type Mount struct {
 	// Image is true for an image volume: HostPath is empty and the
 	// runtime mounts the pulled image itself (CRI Mount.image).
 	Image bool
+	// Block is true for a raw block volume: HostPath is the device the
+	// driver published, for containers' volumeDevices only.
+	Block bool
 }
 
 // Mounts maps a pod's volume names to their mounts.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,6 +116,8 @@ func waitCSIVolumesGone(t *testing.T, root string) {
 	framework.Eventually(t, 2*time.Minute, func() error {
 		left, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*"))
 		staged, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", hostpathDriver, "*"))
+		devices, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", "volumeDevices", "*", "*"))
+		staged = append(staged, devices...)
 		if len(left)+len(staged) > 0 {
 			return fmt.Errorf("CSI volumes left: %v %v", left, staged)
 		}
@@ -159,7 +162,7 @@ func mountInfo(t *testing.T, path string) string {
 // createCSIVolume provisions a volume through the driver's controller
 // service, as external-provisioner would, and deletes it when the test
 // ends.
-func createCSIVolume(t *testing.T, socket, name string) string {
+func createCSIVolume(t *testing.T, socket, name string, block bool) string {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -167,13 +170,17 @@ func createCSIVolume(t *testing.T, socket, name string) string {
 	}
 	t.Cleanup(func() { conn.Close() })
 	ctrl := csipb.NewControllerClient(conn)
+	capability := &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	if block {
+		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+	}
 	resp, err := ctrl.CreateVolume(framework.Context(t, 30*time.Second), &csipb.CreateVolumeRequest{
-		Name:          name,
-		CapacityRange: &csipb.CapacityRange{RequiredBytes: 1 << 20},
-		VolumeCapabilities: []*csipb.VolumeCapability{{
-			AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
-			AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		}},
+		Name:               name,
+		CapacityRange:      &csipb.CapacityRange{RequiredBytes: 1 << 20},
+		VolumeCapabilities: []*csipb.VolumeCapability{capability},
 	})
 	if err != nil {
 		t.Fatalf("CreateVolume %s: %v", name, err)
@@ -189,6 +196,12 @@ func createCSIVolume(t *testing.T, socket, name string) string {
 // ahead to claim when claim is set, available otherwise.
 func csiPV(t *testing.T, id string, claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	t.Helper()
+	return csiPVMode(t, id, claim, nil)
+}
+
+// csiPVMode is csiPV with a volumeMode.
+func csiPVMode(t *testing.T, id string, claim *corev1.PersistentVolumeClaim, mode *corev1.PersistentVolumeMode) *corev1.PersistentVolume {
+	t.Helper()
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "csi-pv-"},
 		Spec: corev1.PersistentVolumeSpec{
@@ -200,6 +213,7 @@ func csiPV(t *testing.T, id string, claim *corev1.PersistentVolumeClaim) *corev1
 				Driver: hostpathDriver, VolumeHandle: id}},
 		},
 	}
+	pv.Spec.VolumeMode = mode
 	if claim != nil {
 		pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: claim.Namespace, Name: claim.Name}
 	}
@@ -280,7 +294,7 @@ func TestCSIHostpathVolumes(t *testing.T) {
 
 	// A claim bound ahead to a PV of a volume made through the driver.
 	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns}, Spec: claimSpec()}
-	pv := csiPV(t, createCSIVolume(t, socket, "e2e-data-"+ns), claim)
+	pv := csiPV(t, createCSIVolume(t, socket, "e2e-data-"+ns, false), claim)
 	claim.Spec.VolumeName = pv.Name
 	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(framework.Context(t, 30*time.Second), claim, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create PVC: %v", err)
@@ -296,6 +310,7 @@ func TestCSIHostpathVolumes(t *testing.T) {
 	writerSpec := withClaim(busyboxPod("writer", corev1.RestartPolicyAlways,
 		"trap 'exit 0' TERM; echo written-by-$HOSTNAME > /data/file && touch /data/done; sleep 3600 & wait"))
 	writerSpec.Namespace = ns
+	writerSpec.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To(int64(2345))}
 	writerSpec.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
 		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/data/done"}}}}
 	writer := waitPod(t, createPod(t, writerSpec), 2*time.Minute, runningAndReady)
@@ -311,14 +326,22 @@ func TestCSIHostpathVolumes(t *testing.T) {
 	if m := mountInfo(t, filepath.Join(pvDir, "mount")); m == "" || !strings.HasPrefix(m, "rw") {
 		t.Errorf("the writer's volume at %s/mount: mount options %q, want mounted read-write", pvDir, m)
 	}
+	// The driver's fsGroupPolicy is File: the pod's fsGroup owns the files.
+	if fi, err := os.Stat(filepath.Join(pvDir, "mount", "file")); err != nil || fi.Sys().(*syscall.Stat_t).Gid != 2345 {
+		t.Errorf("the written file's group: %v, %v; want the pod's fsGroup 2345", fi, err)
+	}
 	deletePodAndWait(t, writer)
 	if m := mountsUnder(t, filepath.Join(root, "pods", string(writer.UID))); len(m) > 0 {
 		t.Errorf("mounts left after the writer went: %v", m)
 	}
 
-	reader := createPod(t, withClaim(reportPod(ns, "reader", "cat /data/file > /dev/termination-log")))
+	// The next pod mounts the claim read-only: it reads, and cannot write.
+	readerSpec := withClaim(reportPod(ns, "reader",
+		"cat /data/file > /dev/termination-log; if touch /data/x; then echo writable >> /dev/termination-log; fi"))
+	readerSpec.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = true
+	reader := createPod(t, readerSpec)
 	if term := terminated(t, reader); term.ExitCode != 0 || term.Message != "written-by-"+writer.Name+"\n" {
-		t.Fatalf("reader: exit %d, read %q; want what the writer wrote", term.ExitCode, term.Message)
+		t.Fatalf("reader: exit %d, read %q; want what the writer wrote, and no write", term.ExitCode, term.Message)
 	}
 	deletePodAndWait(t, reader)
 
@@ -334,7 +357,7 @@ func TestCSIHostpathVolumes(t *testing.T) {
 
 	// A generic ephemeral volume: the controller makes the claim, which
 	// binds to an available PV.
-	csiPV(t, createCSIVolume(t, socket, "e2e-ephemeral-"+ns), nil)
+	csiPV(t, createCSIVolume(t, socket, "e2e-ephemeral-"+ns, false), nil)
 	eph := reportPod(ns, "ephemeral", "echo y > /eph/f && cat /eph/f > /dev/termination-log")
 	eph.Spec.Volumes = []corev1.Volume{{Name: "eph", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
 		VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: claimSpec()}}}}}
@@ -345,8 +368,36 @@ func TestCSIHostpathVolumes(t *testing.T) {
 	}
 	deletePodAndWait(t, eph)
 
+	// A raw block volume, as a device in the container.
+	blockMode := corev1.PersistentVolumeBlock
+	rawClaim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "raw", Namespace: ns}, Spec: claimSpec()}
+	rawClaim.Spec.VolumeMode = &blockMode
+	rawID := createCSIVolume(t, socket, "e2e-raw-"+ns, true)
+	rawPV := csiPVMode(t, rawID, rawClaim, &blockMode)
+	rawClaim.Spec.VolumeName = rawPV.Name
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(framework.Context(t, 30*time.Second), rawClaim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create block PVC: %v", err)
+	}
+	raw := reportPod(ns, "raw", "test -b /dev/xvda && echo hello-block | dd of=/dev/xvda conv=notrunc 2>/dev/null && "+
+		"dd if=/dev/xvda bs=11 count=1 2>/dev/null > /dev/termination-log")
+	raw.Spec.Volumes = []corev1.Volume{{Name: "raw", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "raw"}}}}
+	raw.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "raw", DevicePath: "/dev/xvda"}}
+	raw = createPod(t, raw)
+	if term := terminated(t, raw); term.ExitCode != 0 || term.Message != "hello-block" {
+		t.Fatalf("block volume: exit %d, read %q", term.ExitCode, term.Message)
+	}
+	deletePodAndWait(t, raw)
+
 	waitCSIVolumesGone(t, root)
 	if m := mountsUnder(t, filepath.Join(root, "plugins", "kubernetes.io", "csi")); len(m) > 0 {
 		t.Errorf("staging mounts left: %v", m)
+	}
+	// The block volume's loop device went with its unstaging.
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), rawID) {
+			t.Errorf("loop device %s still backs %s", filepath.Dir(filepath.Dir(f)), strings.TrimSpace(string(b)))
+		}
 	}
 }
