@@ -36,6 +36,13 @@ const hostpathDriver = "hostpath.csi.nodeagent.dev"
 // first. It returns the driver's socket as the host sees it.
 func deployHostpathDriver(t *testing.T, ns string, failPublish int) string {
 	t.Helper()
+	return deployHostpathDriverNamed(t, ns, hostpathDriver, fmt.Sprintf("--fail-node-publish=%d", failPublish))
+}
+
+// deployHostpathDriverNamed deploys the hostpath-style driver under its
+// own name, with extra driver flags.
+func deployHostpathDriverNamed(t *testing.T, ns, hostpathDriver string, extraArgs ...string) string {
+	t.Helper()
 	root := framework.Cluster(t).AgentRootDir()
 	cs := framework.Client(t)
 	ctx := framework.Context(t, time.Minute)
@@ -69,8 +76,8 @@ func deployHostpathDriver(t *testing.T, ns string, failPublish int) string {
 				{
 					Name:  "hostpath",
 					Image: harness.RegistryAddr + "/nodeagent/csi-hostpath:dev",
-					Args: []string{"--drivername=" + hostpathDriver, "--nodeid=" + harness.NodeName,
-						"--endpoint=unix:///csi/csi.sock", "--statedir=/csi-data-dir", fmt.Sprintf("--fail-node-publish=%d", failPublish)},
+					Args: append([]string{"--drivername=" + hostpathDriver, "--nodeid=" + harness.NodeName,
+						"--endpoint=unix:///csi/csi.sock", "--statedir=/csi-data-dir"}, extraArgs...),
 					SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 					VolumeMounts: []corev1.VolumeMount{
 						{Name: "socket-dir", MountPath: "/csi"},
@@ -96,7 +103,7 @@ func deployHostpathDriver(t *testing.T, ns string, failPublish int) string {
 				hostPath("pods", filepath.Join(root, "pods"), &dirOrCreate),
 				hostPath("plugins", filepath.Join(root, "plugins"), &dirOrCreate),
 				hostPath("registration", filepath.Join(root, "plugins_registry"), &dir),
-				hostPath("data", filepath.Join(filepath.Dir(root), "csi-hostpath-data"), &dirOrCreate),
+				hostPath("data", filepath.Join(filepath.Dir(root), "csi-data", hostpathDriver), &dirOrCreate),
 				hostPath("dev", "/dev", &dir),
 			},
 		},
@@ -104,18 +111,18 @@ func deployHostpathDriver(t *testing.T, ns string, failPublish int) string {
 	plugin := createPod(t, pod)
 	// Runs before createPod's own clean-up (clean-ups run last first):
 	// the volumes of the test's pods must be gone before their driver.
-	t.Cleanup(func() { waitCSIVolumesGone(t, root) })
+	t.Cleanup(func() { waitCSIVolumesGone(t, root, hostpathDriver) })
 	waitPod(t, plugin, 2*time.Minute, runningAndReady)
 	return filepath.Join(pluginDir, "csi.sock")
 }
 
 // waitCSIVolumesGone waits until no pod directory holds a CSI volume and no
 // global CSI directory is left: every volume unpublished and unstaged.
-func waitCSIVolumesGone(t *testing.T, root string) {
+func waitCSIVolumesGone(t *testing.T, root, driver string) {
 	t.Helper()
 	framework.Eventually(t, 2*time.Minute, func() error {
 		left, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*"))
-		staged, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", hostpathDriver, "*"))
+		staged, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", driver, "*"))
 		devices, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", "volumeDevices", "*", "*"))
 		staged = append(staged, devices...)
 		if len(left)+len(staged) > 0 {
@@ -196,11 +203,11 @@ func createCSIVolume(t *testing.T, socket, name string, block bool) string {
 // ahead to claim when claim is set, available otherwise.
 func csiPV(t *testing.T, id string, claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	t.Helper()
-	return csiPVMode(t, id, claim, nil)
+	return csiPVMode(t, hostpathDriver, id, claim, nil)
 }
 
-// csiPVMode is csiPV with a volumeMode.
-func csiPVMode(t *testing.T, id string, claim *corev1.PersistentVolumeClaim, mode *corev1.PersistentVolumeMode) *corev1.PersistentVolume {
+// csiPVMode is csiPV of another driver, with a volumeMode.
+func csiPVMode(t *testing.T, driver, id string, claim *corev1.PersistentVolumeClaim, mode *corev1.PersistentVolumeMode) *corev1.PersistentVolume {
 	t.Helper()
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "csi-pv-"},
@@ -210,7 +217,7 @@ func csiPVMode(t *testing.T, id string, claim *corev1.PersistentVolumeClaim, mod
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			StorageClassName:              "",
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: hostpathDriver, VolumeHandle: id}},
+				Driver: driver, VolumeHandle: id}},
 		},
 	}
 	pv.Spec.VolumeMode = mode
@@ -373,7 +380,7 @@ func TestCSIHostpathVolumes(t *testing.T) {
 	rawClaim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "raw", Namespace: ns}, Spec: claimSpec()}
 	rawClaim.Spec.VolumeMode = &blockMode
 	rawID := createCSIVolume(t, socket, "e2e-raw-"+ns, true)
-	rawPV := csiPVMode(t, rawID, rawClaim, &blockMode)
+	rawPV := csiPVMode(t, hostpathDriver, rawID, rawClaim, &blockMode)
 	rawClaim.Spec.VolumeName = rawPV.Name
 	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(framework.Context(t, 30*time.Second), rawClaim, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create block PVC: %v", err)
@@ -389,7 +396,7 @@ func TestCSIHostpathVolumes(t *testing.T) {
 	}
 	deletePodAndWait(t, raw)
 
-	waitCSIVolumesGone(t, root)
+	waitCSIVolumesGone(t, root, hostpathDriver)
 	if m := mountsUnder(t, filepath.Join(root, "plugins", "kubernetes.io", "csi")); len(m) > 0 {
 		t.Errorf("staging mounts left: %v", m)
 	}
@@ -399,5 +406,77 @@ func TestCSIHostpathVolumes(t *testing.T) {
 		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), rawID) {
 			t.Errorf("loop device %s still backs %s", filepath.Dir(filepath.Dir(f)), strings.TrimSpace(string(b)))
 		}
+	}
+}
+
+// TestCSIAgentKilledMidCall is not parallel: the agent is SIGKILLed while
+// the driver works on a NodeStageVolume, then on a NodePublishVolume, each
+// of which completes after the agent is gone. The restarted agent asks
+// again, the pod starts with its volume mounted once, and its teardown
+// leaves nothing.
+func TestCSIAgentKilledMidCall(t *testing.T) {
+	requireNodeagent(t)
+	cfg := framework.Cluster(t)
+	ctx := framework.Context(t, 5*time.Minute)
+	cs := framework.Client(t)
+	root := cfg.AgentRootDir()
+	ns := newNamespace(t, "csi-crash")
+	const driver = "crash.csi.nodeagent.dev"
+	socket := deployHostpathDriverNamed(t, ns, driver, "--slow-node-calls=4s")
+
+	for i, window := range []string{"NodeStageVolume", "NodePublishVolume"} {
+		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: ns}, Spec: claimSpec()}
+		pv := csiPVMode(t, driver, createCSIVolume(t, socket, fmt.Sprintf("crash-%d-%s", i, ns), false), claim, nil)
+		claim.Spec.VolumeName = pv.Name
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create PVC: %v", err)
+		}
+		spec := busyboxPod("crash", corev1.RestartPolicyAlways, "trap 'exit 0' TERM; sleep 3600 & wait")
+		spec.Namespace = ns
+		spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
+		spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+		pod := createPod(t, spec)
+		pvDir := filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name)
+
+		// The agent writes these just before it calls the driver, which then
+		// takes four seconds.
+		framework.Eventually(t, time.Minute, func() error {
+			marker := filepath.Join(pvDir, "vol_data.json")
+			if window == "NodeStageVolume" {
+				found, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", driver, "*", "globalmount"))
+				if len(found) > 0 {
+					return nil
+				}
+				return fmt.Errorf("no staging directory yet")
+			}
+			_, err := os.Stat(marker)
+			return err
+		})
+		pid := cfg.AgentPid()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("SIGKILL agent: %v", err)
+		}
+		framework.Eventually(t, 30*time.Second, func() error {
+			if cfg.Running("agent") {
+				return fmt.Errorf("agent %d still alive", pid)
+			}
+			return nil
+		})
+		if err := cfg.StartAgent(ctx); err != nil {
+			t.Fatalf("start agent: %v", err)
+		}
+		waitPod(t, pod, 2*time.Minute, runningAndReady)
+		if m := mountsUnder(t, filepath.Join(pvDir, "mount")); len(m) != 1 {
+			t.Errorf("killed during %s: the pod's volume is mounted %d times: %v", window, len(m), m)
+		}
+		deletePodAndWait(t, pod)
+		if m := mountsUnder(t, filepath.Join(root, "pods", string(pod.UID))); len(m) > 0 {
+			t.Errorf("killed during %s: mounts left after the pod went: %v", window, m)
+		}
+	}
+	waitCSIVolumesGone(t, root, driver)
+	if m := mountsUnder(t, filepath.Join(root, "plugins", "kubernetes.io", "csi", driver)); len(m) > 0 {
+		t.Errorf("staging mounts left: %v", m)
 	}
 }

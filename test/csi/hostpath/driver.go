@@ -57,6 +57,10 @@ type Config struct {
 	// FailNodePublish makes the first FailNodePublish NodePublishVolume calls fail with
 	// Unavailable, to show that a CO retries.
 	FailNodePublish int
+	// SlowNodeCalls makes NodeStageVolume and NodePublishVolume wait that long before
+	// they act, whether or not the caller is still there: a window in which a CO can be
+	// killed halfway through a call that then completes.
+	SlowNodeCalls time.Duration
 	// VendorVersion is GetPluginInfo's vendor_version. Default "dev".
 	VendorVersion string
 }

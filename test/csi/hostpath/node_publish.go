@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -27,6 +28,7 @@ const (
 // volume. The parent of the target path must exist. An inline ephemeral volume has no
 // staging: its directory is made here and bind-mounted directly.
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	time.Sleep(d.cfg.SlowNodeCalls)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.failed < d.cfg.FailNodePublish {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -26,6 +27,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	staging := filepath.Clean(req.GetStagingTargetPath())
+	time.Sleep(d.cfg.SlowNodeCalls)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	v := d.state.Volumes[req.GetVolumeId()]
@@ -95,6 +97,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, status.Error(codes.InvalidArgument, "staging target path missing")
 	}
 	staging := filepath.Clean(req.GetStagingTargetPath())
+	time.Sleep(d.cfg.SlowNodeCalls)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	v := d.state.Volumes[req.GetVolumeId()]

@@ -34,6 +34,7 @@ func run(args []string) int {
 	fs.Int64Var(&cfg.MaxVolumeSize, "max-volume-size", 1<<40, "the largest volume CreateVolume accepts, in bytes")
 	fs.StringVar(&cfg.TopologyKey, "topology-key", "", "when set, the driver is topology-aware with the segment <key>=<nodeid>")
 	fs.IntVar(&cfg.FailNodePublish, "fail-node-publish", 0, "fail the first N NodePublishVolume calls with Unavailable")
+	fs.DurationVar(&cfg.SlowNodeCalls, "slow-node-calls", 0, "wait this long in NodeStageVolume and NodePublishVolume before acting (a window to kill the CO in)")
 	gfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(gfs)
 	fs.AddGoFlagSet(gfs)
