@@ -38,6 +38,10 @@ var groupPrefixes = []struct{ prefix, group string }{
 	{"[sig-storage] EmptyDir", "sig-storage emptyDir"},
 	{"[sig-storage] HostPath", "sig-storage hostPath"},
 	{"[sig-storage] Subpath", "sig-storage subPath"},
+	{"[sig-storage] CSIInlineVolumes", "sig-storage CSI API objects"},
+	{"[sig-storage] VolumeAttachment", "sig-storage CSI API objects"},
+	{"[sig-storage] CSIStorageCapacity", "sig-storage CSI API objects"},
+	{"[sig-storage] CSINodes", "sig-storage CSI API objects"},
 }
 
 // Group names the group of a spec: a known Describe, else its sig and first word.

@@ -23,9 +23,10 @@ import (
 	"github.com/nodeagent/nodeagent/test/harness"
 )
 
-// DefaultFocus selects the [Conformance] specs of sig-node, and those of sig-storage that
-// use node-local volumes.
-const DefaultFocus = `\[sig-node\].*\[Conformance\]|\[sig-storage\] (ConfigMap|Secrets|Projected|Downward API|EmptyDir|HostPath|Subpath)\b.*\[Conformance\]`
+// DefaultFocus selects the [Conformance] specs of sig-node, those of sig-storage that
+// use node-local volumes, and the driver-free CSI API specs (CSIDriver, CSINode,
+// VolumeAttachment, CSIStorageCapacity objects).
+const DefaultFocus = `\[sig-node\].*\[Conformance\]|\[sig-storage\] (ConfigMap|Secrets|Projected|Downward API|EmptyDir|HostPath|Subpath|CSIInlineVolumes|VolumeAttachment|CSIStorageCapacity|CSINodes)\b.*\[Conformance\]`
 
 // DefaultSkip leaves out what cannot share one node with other specs, and what upstream
 // itself marks unreliable. The suite skips specs that need more nodes than the cluster has.
