@@ -5,10 +5,13 @@ import (
 	"path/filepath"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/nodeagent/nodeagent/pkg/volume"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 )
 
@@ -44,4 +47,30 @@ func (c *csiNode) Run(ctx context.Context) error {
 		})
 	}()
 	return c.watcher.Run(ctx)
+}
+
+// csiUsage turns a driver's volume usage into the Summary API's figures.
+func csiUsage(usage func(context.Context) (volume.VolumeUsage, error)) func(context.Context) (*statsapi.FsStats, error) {
+	return func(ctx context.Context) (*statsapi.FsStats, error) {
+		u, err := usage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		val := func(n int64) *uint64 {
+			if n < 0 {
+				n = 0
+			}
+			v := uint64(n)
+			return &v
+		}
+		return &statsapi.FsStats{
+			Time:           metav1.Now(),
+			CapacityBytes:  val(u.CapacityBytes),
+			AvailableBytes: val(u.AvailableBytes),
+			UsedBytes:      val(u.UsedBytes),
+			Inodes:         val(u.Inodes),
+			InodesFree:     val(u.InodesFree),
+			InodesUsed:     val(u.InodesUsed),
+		}, nil
+	}
 }

@@ -96,7 +96,11 @@ func newStatsProvider(ctx context.Context, cfg *agentConfig, cri *runtime.Client
 		VolumeDirs: func(pod *v1.Pod) []stats.VolumeDir {
 			var out []stats.VolumeDir
 			for _, d := range volumes.VolumeDirs(pod) {
-				out = append(out, stats.VolumeDir{Name: d.Name, Plugin: d.Plugin, Path: d.Path})
+				sd := stats.VolumeDir{Name: d.Name, Plugin: d.Plugin, Path: d.Path}
+				if d.Usage != nil {
+					sd.Usage = csiUsage(d.Usage)
+				}
+				out = append(out, sd)
 			}
 			return out
 		},

@@ -74,6 +74,9 @@ type VolumeDir struct {
 	Plugin string
 	// Path is the volume's directory.
 	Path string
+	// Usage, when set, reports the volume's usage (a CSI driver's
+	// NodeGetVolumeStats) instead of a walk of Path.
+	Usage func(ctx context.Context) (*statsapi.FsStats, error)
 }
 
 // SystemCgroups are the cgroups reported as the node's system containers,

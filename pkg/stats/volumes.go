@@ -98,10 +98,26 @@ func measureVolumes(ctx context.Context, pod *v1.Pod, dirs []VolumeDir, clk cloc
 		if v.PersistentVolumeClaim != nil {
 			claims[v.Name] = v.PersistentVolumeClaim.ClaimName
 		}
+		if v.Ephemeral != nil { // the claim the controller makes for the pod
+			claims[v.Name] = pod.Name + "-" + v.Name
+		}
 	}
 	var out []volumeStat
 	for _, d := range dirs {
 		now := clk.Now()
+		if d.Usage != nil {
+			fsStats, err := d.Usage(ctx)
+			if err != nil {
+				logger.V(2).Info("Volume stats failed", "pod", klog.KObj(pod), "volume", d.Name, "err", err.Error())
+				continue
+			}
+			vs := statsapi.VolumeStats{Name: d.Name, FsStats: *fsStats}
+			if claim, ok := claims[d.Name]; ok {
+				vs.PVCRef = &statsapi.PVCReference{Name: claim, Namespace: pod.Namespace}
+			}
+			out = append(out, volumeStat{stats: vs})
+			continue
+		}
 		u, err := diskUsage(d.Path)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {

@@ -20,6 +20,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -78,10 +79,19 @@ type csiPlugin struct {
 	// driver is asked once per volume; after a restart it is asked again,
 	// which CSI requires drivers to take as a no-op.
 	staged map[string]bool
+	// published remembers, per pod and volume name, what this run has
+	// published (or found published), for the volume's stats.
+	published map[types.UID]map[string]publishedVolume
+}
+
+// publishedVolume is one pod volume as its driver knows it.
+type publishedVolume struct {
+	driver, handle, target, staging, dirName string
 }
 
 func newCSIPlugin(client kubernetes.Interface, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
-	return &csiPlugin{client: client, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{}}
+	return &csiPlugin{client: client, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{},
+		published: map[types.UID]map[string]publishedVolume{}}
 }
 
 func (p *csiPlugin) name() string { return csiPluginName }
@@ -310,7 +320,16 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 	if err != nil {
 		return Mount{}, err
 	}
+	staging := ""
+	if driver.StageUnstage && !cv.ephemeral {
+		staging = filepath.Join(p.stagingDir(cv.driver, cv.handle), "globalmount")
+		if cv.block {
+			staging = p.blockDir("staging", cv.dirName)
+		}
+	}
+	record := publishedVolume{driver: cv.driver, handle: cv.handle, target: target, staging: staging, dirName: cv.dirName}
 	if _, ok := findMount(mps, target); ok {
+		p.remember(req.pod.UID, req.vol.Name, record)
 		return mnt, nil // published by an earlier pass
 	}
 
@@ -330,12 +349,10 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
 	}
 
-	staging := ""
-	if driver.StageUnstage && !cv.ephemeral {
+	if staging != "" {
 		gdir := p.stagingDir(cv.driver, cv.handle)
-		staging = filepath.Join(gdir, "globalmount")
 		if cv.block {
-			gdir, staging = p.blockDir(cv.dirName, "data"), p.blockDir("staging", cv.dirName)
+			gdir = p.blockDir(cv.dirName, "data")
 		}
 		if err := os.MkdirAll(gdir, 0o750); err != nil {
 			return Mount{}, fmt.Errorf("create volume directory: %w", err)
@@ -394,6 +411,7 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 			return Mount{}, fmt.Errorf("apply fsGroup: %w", err)
 		}
 	}
+	p.remember(req.pod.UID, req.vol.Name, record)
 	klog.FromContext(ctx).V(2).Info("CSI volume published", "volume", req.vol.Name, "driver", cv.driver,
 		"handle", cv.handle, "staged", staging != "", "target", target)
 	return mnt, nil
@@ -424,6 +442,65 @@ func (p *csiPlugin) stage(ctx context.Context, driver *csi.Driver, cv *csiVolume
 	p.staged[staging] = true
 	p.mu.Unlock()
 	return nil
+}
+
+func (p *csiPlugin) remember(uid types.UID, volName string, v publishedVolume) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.published[uid] == nil {
+		p.published[uid] = map[string]publishedVolume{}
+	}
+	p.published[uid][volName] = v
+}
+
+// forget drops what was remembered of the pod's volume directory dirName.
+func (p *csiPlugin) forget(uid types.UID, dirName string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, v := range p.published[uid] {
+		if v.dirName == dirName {
+			delete(p.published[uid], name)
+		}
+	}
+	if len(p.published[uid]) == 0 {
+		delete(p.published, uid)
+	}
+}
+
+// volumeDir is a published volume for the stats: its target, measured by
+// NodeGetVolumeStats when the driver offers it, walked otherwise.
+func (p *csiPlugin) volumeDir(uid types.UID, volName string) (PodVolumeDir, bool) {
+	p.mu.Lock()
+	v, ok := p.published[uid][volName]
+	p.mu.Unlock()
+	if !ok {
+		return PodVolumeDir{}, false
+	}
+	d := PodVolumeDir{Name: volName, Plugin: csiPluginName, Path: v.target}
+	if driver, err := p.drivers.Driver(v.driver); err == nil && driver.VolumeStats {
+		d.Usage = func(ctx context.Context) (VolumeUsage, error) { return volumeStats(ctx, driver, v) }
+	}
+	return d, true
+}
+
+func volumeStats(ctx context.Context, driver *csi.Driver, v publishedVolume) (VolumeUsage, error) {
+	var u VolumeUsage
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := driver.Node().NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{
+		VolumeId: v.handle, VolumePath: v.target, StagingTargetPath: v.staging})
+	if err != nil {
+		return u, fmt.Errorf("NodeGetVolumeStats %s: %w", v.handle, err)
+	}
+	for _, e := range resp.GetUsage() {
+		switch e.GetUnit() {
+		case csipb.VolumeUsage_BYTES:
+			u.CapacityBytes, u.AvailableBytes, u.UsedBytes = e.GetTotal(), e.GetAvailable(), e.GetUsed()
+		case csipb.VolumeUsage_INODES:
+			u.Inodes, u.InodesFree, u.InodesUsed = e.GetTotal(), e.GetAvailable(), e.GetUsed()
+		}
+	}
+	return u, nil
 }
 
 // fsGroupApplies says whether the pod's fsGroup owns the volume's files,
@@ -533,6 +610,7 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("UnmountVolume.TearDown (NodeUnpublishVolume): %w", err)
 	}
+	p.forget(types.UID(filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(dir))))), filepath.Base(dir))
 	if data.Block {
 		if err := removeDir(p.mounter, target); err != nil {
 			return err

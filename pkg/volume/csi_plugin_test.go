@@ -33,6 +33,7 @@ const testDriver = "fake.csi.dev"
 // csiFixture is a Manager with the CSI plugin, a fake driver served over
 // gRPC that "mounts" into the fake mount table, and API objects.
 type csiFixture struct {
+	sock   string
 	mgr    *Manager
 	driver *csitest.Driver
 	fm     *fakeMounter
@@ -68,7 +69,7 @@ func newCSIFixture(t *testing.T, register bool, objects ...runtime.Object) *csiF
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &csiFixture{mgr: mgr, driver: drv, fm: fm, client: client, root: mgr.layout.Root()}
+	return &csiFixture{sock: sock, mgr: mgr, driver: drv, fm: fm, client: client, root: mgr.layout.Root()}
 }
 
 func csiDriverObject(attach, podInfo bool, modes ...storagev1.VolumeLifecycleMode) *storagev1.CSIDriver {
@@ -359,5 +360,42 @@ func TestCSIBlockVolume(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(f.root, p)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left behind: %v", p, err)
 		}
+	}
+}
+
+// TestCSIVolumeStats: a published volume is listed for the stats under its
+// pod volume name with its PV-named target, measured by the driver.
+func TestCSIVolumeStats(t *testing.T) {
+	ctx := context.Background()
+	pvc, pv := boundClaim("claim", "pv-1")
+	f := newCSIFixture(t, false, pvc, pv, csiDriverObject(false, false))
+	f.driver.Stats = true
+	if err := f.mgr.pluginByName(csiPluginName).(*csiPlugin).drivers.Register(ctx, testDriver, f.sock, []string{"1.0.0"}); err != nil {
+		t.Fatal(err)
+	}
+	pod := claimPod("uid-a", "claim")
+	if dirs := f.mgr.VolumeDirs(pod); len(dirs) != 0 {
+		t.Fatalf("volume listed before it is published: %+v", dirs)
+	}
+	if _, err := f.mgr.MountPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	dirs := f.mgr.VolumeDirs(pod)
+	if len(dirs) != 1 || dirs[0].Name != "data" || dirs[0].Path != filepath.Join(f.root, "pods/uid-a/volumes/kubernetes.io~csi/pv-1/mount") || dirs[0].Usage == nil {
+		t.Fatalf("volume dirs = %+v", dirs)
+	}
+	u, err := dirs[0].Usage(ctx)
+	if err != nil || u != (VolumeUsage{CapacityBytes: 4096, AvailableBytes: 3096, UsedBytes: 1000, Inodes: 64, InodesFree: 61, InodesUsed: 3}) {
+		t.Fatalf("usage = %+v, %v", u, err)
+	}
+	req := f.driver.Last("NodeGetVolumeStats").(*csipb.NodeGetVolumeStatsRequest)
+	if req.GetVolumePath() != dirs[0].Path || !strings.HasSuffix(req.GetStagingTargetPath(), "/globalmount") {
+		t.Fatalf("stats request = %v", req)
+	}
+	if err := f.mgr.UnmountPod(ctx, pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	if dirs := f.mgr.VolumeDirs(pod); len(dirs) != 0 {
+		t.Fatalf("volume listed after teardown: %+v", dirs)
 	}
 }

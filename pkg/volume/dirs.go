@@ -1,6 +1,8 @@
 package volume
 
 import (
+	"context"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -14,11 +16,21 @@ type PodVolumeDir struct {
 	// Path is pods/<uid>/volumes/<plugin>/<name>; it exists once the
 	// volume is set up.
 	Path string
+	// Usage, when set, asks the volume's driver for its usage
+	// (NodeGetVolumeStats) instead of walking Path.
+	Usage func(ctx context.Context) (VolumeUsage, error)
+}
+
+// VolumeUsage is a volume's size and use as its driver reports them.
+type VolumeUsage struct {
+	CapacityBytes, AvailableBytes, UsedBytes int64
+	Inodes, InodesFree, InodesUsed           int64
 }
 
 // VolumeDirs lists where the pod's volumes live in its pod directory, for
 // measuring them. Volumes that live elsewhere (hostPath, image) are left
 // out.
+// CSI volumes are listed once published, with their drivers' usage.
 // It does not touch the disk.
 func (m *Manager) VolumeDirs(pod *v1.Pod) []PodVolumeDir {
 	var out []PodVolumeDir
@@ -26,6 +38,14 @@ func (m *Manager) VolumeDirs(pod *v1.Pod) []PodVolumeDir {
 		vol := &pod.Spec.Volumes[i]
 		p := m.pluginFor(vol)
 		if p == nil || p.name() == hostPathPluginName || p.name() == imagePluginName {
+			continue
+		}
+		if c, ok := p.(*csiPlugin); ok {
+			// Measured by their drivers, where they say they can; the
+			// directory is named after the PV, known once published.
+			if d, ok := c.volumeDir(pod.UID, vol.Name); ok {
+				out = append(out, d)
+			}
 			continue
 		}
 		out = append(out, PodVolumeDir{Name: vol.Name, Plugin: p.name(), Path: m.layout.Pod(pod.UID).VolumeDir(p.name(), vol.Name)})

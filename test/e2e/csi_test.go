@@ -337,6 +337,27 @@ func TestCSIHostpathVolumes(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(pvDir, "mount", "file")); err != nil || fi.Sys().(*syscall.Stat_t).Gid != 2345 {
 		t.Errorf("the written file's group: %v, %v; want the pod's fsGroup 2345", fi, err)
 	}
+	// The volume's usage, as the driver measures it, is in the Summary API
+	// under the pod's volume name, with its claim.
+	framework.Eventually(t, 2*time.Minute, func() error {
+		summary, err := getSummary(t, "")
+		if err != nil {
+			return err
+		}
+		ps := podStatsOf(summary, ns, writer.Name)
+		if ps == nil {
+			return fmt.Errorf("writer not in the summary")
+		}
+		for _, v := range ps.VolumeStats {
+			if v.Name == "data" {
+				if v.PVCRef == nil || v.PVCRef.Name != "data" || v.CapacityBytes == nil || v.UsedBytes == nil {
+					return fmt.Errorf("volume stats %+v", v)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no stats of the volume %q in %+v", "data", ps.VolumeStats)
+	})
 	deletePodAndWait(t, writer)
 	if m := mountsUnder(t, filepath.Join(root, "pods", string(writer.UID))); len(m) > 0 {
 		t.Errorf("mounts left after the writer went: %v", m)

@@ -36,6 +36,8 @@ type Driver struct {
 	// StageUnstage is the STAGE_UNSTAGE_VOLUME node capability: volumes
 	// are staged in a global directory before they are published.
 	StageUnstage bool
+	// VolumeStats is the GET_VOLUME_STATS node capability.
+	VolumeStats bool
 
 	conn *grpc.ClientConn
 	node csipb.NodeClient
@@ -80,8 +82,11 @@ func dialDriver(ctx context.Context, name, endpoint string) (*Driver, error) {
 		return nil, fmt.Errorf("CSI driver %s: NodeGetCapabilities: %w", name, err)
 	}
 	for _, c := range caps.GetCapabilities() {
-		if c.GetRpc().GetType() == csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME {
+		switch c.GetRpc().GetType() {
+		case csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME:
 			d.StageUnstage = true
+		case csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS:
+			d.VolumeStats = true
 		}
 	}
 	return d, nil

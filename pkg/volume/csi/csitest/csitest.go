@@ -26,6 +26,7 @@ type Driver struct {
 	Name     string
 	NodeID   string
 	Stage    bool              // advertise STAGE_UNSTAGE_VOLUME
+	Stats    bool              // advertise GET_VOLUME_STATS; usage is 1000 bytes of 4096, 3 inodes of 64
 	Topology map[string]string // NodeGetInfo's accessible topology
 	// FailPublish makes that many NodePublishVolume calls fail first.
 	FailPublish int
@@ -83,7 +84,19 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
 			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
 	}
+	if d.Stats {
+		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS}}})
+	}
 	return resp, nil
+}
+
+func (d *Driver) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
+	d.record("NodeGetVolumeStats", req.GetVolumeId(), req)
+	return &csipb.NodeGetVolumeStatsResponse{Usage: []*csipb.VolumeUsage{
+		{Unit: csipb.VolumeUsage_BYTES, Total: 4096, Available: 3096, Used: 1000},
+		{Unit: csipb.VolumeUsage_INODES, Total: 64, Available: 61, Used: 3},
+	}}, nil
 }
 
 func (d *Driver) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
