@@ -20,6 +20,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
@@ -42,6 +43,14 @@ func deployHostpathDriver(t *testing.T, ns string, failPublish int) string {
 // deployHostpathDriverNamed deploys the hostpath-style driver under its
 // own name, with extra driver flags.
 func deployHostpathDriverNamed(t *testing.T, ns, hostpathDriver string, extraArgs ...string) string {
+	t.Helper()
+	socket, _ := deployHostpathDriverPod(t, ns, hostpathDriver, extraArgs...)
+	return socket
+}
+
+// deployHostpathDriverPod is deployHostpathDriverNamed that also returns
+// the driver's pod.
+func deployHostpathDriverPod(t *testing.T, ns, hostpathDriver string, extraArgs ...string) (string, *corev1.Pod) {
 	t.Helper()
 	root := framework.Cluster(t).AgentRootDir()
 	cs := framework.Client(t)
@@ -112,8 +121,72 @@ func deployHostpathDriverNamed(t *testing.T, ns, hostpathDriver string, extraArg
 	// Runs before createPod's own clean-up (clean-ups run last first):
 	// the volumes of the test's pods must be gone before their driver.
 	t.Cleanup(func() { waitCSIVolumesGone(t, root, hostpathDriver) })
-	waitPod(t, plugin, 2*time.Minute, runningAndReady)
-	return filepath.Join(pluginDir, "csi.sock")
+	plugin = waitPod(t, plugin, 2*time.Minute, runningAndReady)
+	return filepath.Join(pluginDir, "csi.sock"), plugin
+}
+
+// restartDriverPod stops the driver pod's containers through the runtime,
+// as a crash would (the registrar removes its socket as it goes), and
+// waits until the agent has restarted both and the driver is registered
+// again.
+func restartDriverPod(t *testing.T, plugin *corev1.Pod, driver string) {
+	t.Helper()
+	rt, _ := framework.CRI(t)
+	ctx := framework.Context(t, 2*time.Minute)
+	resp, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(plugin.UID)}}})
+	if err != nil || len(resp.Containers) != 2 {
+		t.Fatalf("the driver pod's running containers: %v, %v", resp, err)
+	}
+	for _, c := range resp.Containers {
+		if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: c.Id, Timeout: 5}); err != nil {
+			t.Fatalf("stop %s: %v", c.Metadata.Name, err)
+		}
+	}
+	waitPod(t, plugin, 2*time.Minute, func(p *corev1.Pod) error {
+		if err := runningAndReady(p); err != nil {
+			return err
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount < 1 {
+				return fmt.Errorf("container %s not restarted yet", cs.Name)
+			}
+		}
+		return nil
+	})
+	waitDriverRegistered(t, driver)
+}
+
+// waitDriverRegistered waits for the driver on the Node's nodeid
+// annotation and on the CSINode (owned by the Node).
+func waitDriverRegistered(t *testing.T, driver string) {
+	t.Helper()
+	cs := framework.Client(t)
+	framework.Eventually(t, time.Minute, func() error {
+		node, err := cs.CoreV1().Nodes().Get(context.Background(), harness.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ids := map[string]string{}
+		_ = json.Unmarshal([]byte(node.Annotations["csi.volume.kubernetes.io/nodeid"]), &ids)
+		if ids[driver] != harness.NodeName {
+			return fmt.Errorf("nodeid annotation %q", node.Annotations["csi.volume.kubernetes.io/nodeid"])
+		}
+		csiNode, err := cs.StorageV1().CSINodes().Get(context.Background(), harness.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, d := range csiNode.Spec.Drivers {
+			if d.Name == driver && d.NodeID == harness.NodeName {
+				if ref := csiNode.OwnerReferences; len(ref) != 1 || ref[0].Kind != "Node" || ref[0].UID != node.UID {
+					return fmt.Errorf("CSINode owner %+v", ref)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("CSINode drivers %+v", csiNode.Spec.Drivers)
+	})
 }
 
 // waitCSIVolumesGone waits until no pod directory holds a CSI volume and no
@@ -272,32 +345,8 @@ func TestCSIHostpathVolumes(t *testing.T) {
 	ns := newNamespace(t, "csi")
 	root := framework.Cluster(t).AgentRootDir()
 	cs := framework.Client(t)
-	socket := deployHostpathDriver(t, ns, 2)
-
-	framework.Eventually(t, time.Minute, func() error {
-		node, err := cs.CoreV1().Nodes().Get(context.Background(), harness.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		ids := map[string]string{}
-		_ = json.Unmarshal([]byte(node.Annotations["csi.volume.kubernetes.io/nodeid"]), &ids)
-		if ids[hostpathDriver] != harness.NodeName {
-			return fmt.Errorf("nodeid annotation %q", node.Annotations["csi.volume.kubernetes.io/nodeid"])
-		}
-		csiNode, err := cs.StorageV1().CSINodes().Get(context.Background(), harness.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, d := range csiNode.Spec.Drivers {
-			if d.Name == hostpathDriver && d.NodeID == harness.NodeName {
-				if ref := csiNode.OwnerReferences; len(ref) != 1 || ref[0].Kind != "Node" || ref[0].UID != node.UID {
-					return fmt.Errorf("CSINode owner %+v", ref)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("CSINode drivers %+v", csiNode.Spec.Drivers)
-	})
+	socket, plugin := deployHostpathDriverPod(t, ns, hostpathDriver, "--fail-node-publish=2")
+	waitDriverRegistered(t, hostpathDriver)
 
 	// A claim bound ahead to a PV of a volume made through the driver.
 	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns}, Spec: claimSpec()}
@@ -358,6 +407,9 @@ func TestCSIHostpathVolumes(t *testing.T) {
 		}
 		return fmt.Errorf("no stats of the volume %q in %+v", "data", ps.VolumeStats)
 	})
+	// The driver crashes and comes back while the writer runs: it registers
+	// again, and the restarted driver tears the writer's volume down.
+	restartDriverPod(t, plugin, hostpathDriver)
 	deletePodAndWait(t, writer)
 	if m := mountsUnder(t, filepath.Join(root, "pods", string(writer.UID))); len(m) > 0 {
 		t.Errorf("mounts left after the writer went: %v", m)
