@@ -42,6 +42,9 @@ const (
 	ctxPodUID         = "csi.storage.k8s.io/pod.uid"
 	ctxServiceAccount = "csi.storage.k8s.io/serviceAccount.name"
 	ctxEphemeral      = "csi.storage.k8s.io/ephemeral"
+	// ctxTokens carries the service account tokens the CSIDriver asks
+	// for (tokenRequests): audience → token and expiry, as JSON.
+	ctxTokens = "csi.storage.k8s.io/serviceAccount.tokens"
 )
 
 // volDataFile is the kubelet's record of a CSI volume, beside the pod's
@@ -68,6 +71,7 @@ type volData struct {
 // then NodePublishVolume into the pod's volume directory.
 type csiPlugin struct {
 	client   kubernetes.Interface
+	tokens   *tokenSource
 	drivers  *csi.Registry
 	nodeName string
 	layout   poddir.Layout
@@ -87,10 +91,14 @@ type csiPlugin struct {
 // publishedVolume is one pod volume as its driver knows it.
 type publishedVolume struct {
 	driver, handle, target, staging, dirName string
+	mount                                    Mount
+	// republish: the CSIDriver asks for NodePublishVolume at every sync
+	// (requiresRepublish), e.g. to hand the driver fresh tokens.
+	republish bool
 }
 
-func newCSIPlugin(client kubernetes.Interface, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
-	return &csiPlugin{client: client, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{},
+func newCSIPlugin(client kubernetes.Interface, tokens *tokenSource, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
+	return &csiPlugin{client: client, tokens: tokens, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{},
 		published: map[types.UID]map[string]publishedVolume{}}
 }
 
@@ -231,10 +239,12 @@ func accessMode(modes []v1.PersistentVolumeAccessMode) csipb.VolumeCapability_Ac
 // driverPolicy is what the CSIDriver object says of a driver, with the
 // API's defaults when there is none.
 type driverPolicy struct {
-	attachRequired bool
-	podInfoOnMount bool
-	fsGroupPolicy  storagev1.FSGroupPolicy
-	modes          []storagev1.VolumeLifecycleMode
+	attachRequired    bool
+	podInfoOnMount    bool
+	requiresRepublish bool
+	tokenRequests     []storagev1.TokenRequest
+	fsGroupPolicy     storagev1.FSGroupPolicy
+	modes             []storagev1.VolumeLifecycleMode
 }
 
 func (p *csiPlugin) policy(ctx context.Context, driver string) (driverPolicy, error) {
@@ -262,6 +272,8 @@ func (p *csiPlugin) policy(ctx context.Context, driver string) (driverPolicy, er
 	if len(d.Spec.VolumeLifecycleModes) > 0 {
 		pol.modes = d.Spec.VolumeLifecycleModes
 	}
+	pol.requiresRepublish = d.Spec.RequiresRepublish != nil && *d.Spec.RequiresRepublish
+	pol.tokenRequests = d.Spec.TokenRequests
 	return pol, nil
 }
 
@@ -288,6 +300,17 @@ func (p *csiPlugin) stagingDir(driver, handle string) string {
 }
 
 func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error) {
+	// A volume this run published and that is still mounted needs nothing,
+	// not even a read of its claim, unless its driver wants republishing.
+	if v, ok := p.lookup(req.pod.UID, req.vol.Name); ok && !v.republish {
+		mps, err := p.mounter.mountPoints()
+		if err != nil {
+			return Mount{}, err
+		}
+		if _, ok := findMount(mps, v.target); ok {
+			return v.mount, nil
+		}
+	}
 	cv, err := p.resolve(ctx, req.pod, req.vol)
 	if err != nil {
 		return Mount{}, err
@@ -327,8 +350,9 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 			staging = p.blockDir("staging", cv.dirName)
 		}
 	}
-	record := publishedVolume{driver: cv.driver, handle: cv.handle, target: target, staging: staging, dirName: cv.dirName}
-	if _, ok := findMount(mps, target); ok {
+	record := publishedVolume{driver: cv.driver, handle: cv.handle, target: target, staging: staging, dirName: cv.dirName,
+		mount: mnt, republish: pol.requiresRepublish}
+	if _, ok := findMount(mps, target); ok && !pol.requiresRepublish {
 		p.remember(req.pod.UID, req.vol.Name, record)
 		return mnt, nil // published by an earlier pass
 	}
@@ -393,6 +417,13 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		volCtx[ctxServiceAccount] = req.pod.Spec.ServiceAccountName
 		volCtx[ctxEphemeral] = fmt.Sprint(cv.ephemeral)
 	}
+	if len(pol.tokenRequests) > 0 {
+		tokens, err := p.serviceAccountTokens(ctx, req.pod, pol.tokenRequests)
+		if err != nil {
+			return Mount{}, err
+		}
+		volCtx[ctxTokens] = tokens
+	}
 	secrets, err := p.secrets(ctx, cv.publishRef)
 	if err != nil {
 		return Mount{}, err
@@ -444,6 +475,33 @@ func (p *csiPlugin) stage(ctx context.Context, driver *csi.Driver, cv *csiVolume
 	return nil
 }
 
+// serviceAccountTokens requests the tokens a CSIDriver asks for, bound to
+// the pod, and encodes them for the volume context.
+func (p *csiPlugin) serviceAccountTokens(ctx context.Context, pod *v1.Pod, reqs []storagev1.TokenRequest) (string, error) {
+	type entry struct {
+		Token               string    `json:"token"`
+		ExpirationTimestamp time.Time `json:"expirationTimestamp"`
+	}
+	out := map[string]entry{}
+	for _, r := range reqs {
+		token, expires, err := p.tokens.tokenExpiring(ctx, pod, &v1.ServiceAccountTokenProjection{
+			Audience: r.Audience, ExpirationSeconds: r.ExpirationSeconds})
+		if err != nil {
+			return "", err
+		}
+		out[r.Audience] = entry{Token: token, ExpirationTimestamp: expires}
+	}
+	b, err := json.Marshal(out)
+	return string(b), err
+}
+
+func (p *csiPlugin) lookup(uid types.UID, volName string) (publishedVolume, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.published[uid][volName]
+	return v, ok
+}
+
 func (p *csiPlugin) remember(uid types.UID, volName string, v publishedVolume) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -470,9 +528,7 @@ func (p *csiPlugin) forget(uid types.UID, dirName string) {
 // volumeDir is a published volume for the stats: its target, measured by
 // NodeGetVolumeStats when the driver offers it, walked otherwise.
 func (p *csiPlugin) volumeDir(uid types.UID, volName string) (PodVolumeDir, bool) {
-	p.mu.Lock()
-	v, ok := p.published[uid][volName]
-	p.mu.Unlock()
+	v, ok := p.lookup(uid, volName)
 	if !ok {
 		return PodVolumeDir{}, false
 	}
