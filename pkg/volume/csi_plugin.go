@@ -34,6 +34,16 @@ const csiPluginName = "kubernetes.io/csi"
 // a driver that hangs fails the pass, which is retried.
 const callTimeout = 2 * time.Minute
 
+// nodeCallContext is the context of a call that changes a volume's state
+// on the node (stage, publish and their undoing): it is not cancelled with
+// the pod's pass, because CSI allows one call in flight per volume and a
+// driver goes on with a call its caller gave up on. A pod deleted during a
+// NodePublishVolume is torn down once the call has returned (or timed out),
+// never beside it.
+func nodeCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+}
+
 // Keys the kubelet adds to a volume's context for drivers whose CSIDriver
 // asks for pod information (podInfoOnMount).
 const (
@@ -428,7 +438,7 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 	if err != nil {
 		return Mount{}, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := nodeCallContext(ctx)
 	_, err = driver.Node().NodePublishVolume(cctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
 		VolumeCapability: capability, Readonly: cv.readOnly, Secrets: secrets, VolumeContext: volCtx,
@@ -461,7 +471,7 @@ func (p *csiPlugin) stage(ctx context.Context, driver *csi.Driver, cv *csiVolume
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := nodeCallContext(ctx)
 	defer cancel()
 	if _, err := driver.Node().NodeStageVolume(cctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging,
@@ -658,7 +668,7 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 		podUID := filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(dir))))
 		target = p.blockDir("publish", data.SpecVolID, podUID)
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := nodeCallContext(ctx)
 	_, err = driver.Node().NodeUnpublishVolume(cctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target})
 	cancel()
 	// NotFound: the driver no longer knows the volume (an earlier pass
@@ -691,7 +701,7 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 	if _, err := os.Lstat(staging); errors.Is(err, fs.ErrNotExist) {
 		return removeDir(p.mounter, gdir)
 	}
-	cctx, cancel = context.WithTimeout(ctx, callTimeout)
+	cctx, cancel = nodeCallContext(ctx)
 	_, err = driver.Node().NodeUnstageVolume(cctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.VolumeHandle,
 		StagingTargetPath: staging})
 	cancel()
