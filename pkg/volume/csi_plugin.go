@@ -34,6 +34,16 @@ const csiPluginName = "kubernetes.io/csi"
 // a driver that hangs fails the pass, which is retried.
 const callTimeout = 2 * time.Minute
 
+// nodeCallContext is the context of a call that changes a volume's state
+// on the node (stage, publish and their undoing): it is not cancelled with
+// the pod's pass, because CSI allows one call in flight per volume and a
+// driver goes on with a call its caller gave up on. A pod deleted during a
+// NodePublishVolume is torn down once the call has returned (or timed out),
+// never beside it.
+func nodeCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+}
+
 // Keys the kubelet adds to a volume's context for drivers whose CSIDriver
 // asks for pod information (podInfoOnMount).
 const (
@@ -42,6 +52,9 @@ const (
 	ctxPodUID         = "csi.storage.k8s.io/pod.uid"
 	ctxServiceAccount = "csi.storage.k8s.io/serviceAccount.name"
 	ctxEphemeral      = "csi.storage.k8s.io/ephemeral"
+	// ctxTokens carries the service account tokens the CSIDriver asks
+	// for (tokenRequests): audience → token and expiry, as JSON.
+	ctxTokens = "csi.storage.k8s.io/serviceAccount.tokens"
 )
 
 // volDataFile is the kubelet's record of a CSI volume, beside the pod's
@@ -68,6 +81,7 @@ type volData struct {
 // then NodePublishVolume into the pod's volume directory.
 type csiPlugin struct {
 	client   kubernetes.Interface
+	tokens   *tokenSource
 	drivers  *csi.Registry
 	nodeName string
 	layout   poddir.Layout
@@ -87,10 +101,14 @@ type csiPlugin struct {
 // publishedVolume is one pod volume as its driver knows it.
 type publishedVolume struct {
 	driver, handle, target, staging, dirName string
+	mount                                    Mount
+	// republish: the CSIDriver asks for NodePublishVolume at every sync
+	// (requiresRepublish), e.g. to hand the driver fresh tokens.
+	republish bool
 }
 
-func newCSIPlugin(client kubernetes.Interface, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
-	return &csiPlugin{client: client, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{},
+func newCSIPlugin(client kubernetes.Interface, tokens *tokenSource, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
+	return &csiPlugin{client: client, tokens: tokens, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{},
 		published: map[types.UID]map[string]publishedVolume{}}
 }
 
@@ -231,10 +249,12 @@ func accessMode(modes []v1.PersistentVolumeAccessMode) csipb.VolumeCapability_Ac
 // driverPolicy is what the CSIDriver object says of a driver, with the
 // API's defaults when there is none.
 type driverPolicy struct {
-	attachRequired bool
-	podInfoOnMount bool
-	fsGroupPolicy  storagev1.FSGroupPolicy
-	modes          []storagev1.VolumeLifecycleMode
+	attachRequired    bool
+	podInfoOnMount    bool
+	requiresRepublish bool
+	tokenRequests     []storagev1.TokenRequest
+	fsGroupPolicy     storagev1.FSGroupPolicy
+	modes             []storagev1.VolumeLifecycleMode
 }
 
 func (p *csiPlugin) policy(ctx context.Context, driver string) (driverPolicy, error) {
@@ -262,6 +282,8 @@ func (p *csiPlugin) policy(ctx context.Context, driver string) (driverPolicy, er
 	if len(d.Spec.VolumeLifecycleModes) > 0 {
 		pol.modes = d.Spec.VolumeLifecycleModes
 	}
+	pol.requiresRepublish = d.Spec.RequiresRepublish != nil && *d.Spec.RequiresRepublish
+	pol.tokenRequests = d.Spec.TokenRequests
 	return pol, nil
 }
 
@@ -288,6 +310,17 @@ func (p *csiPlugin) stagingDir(driver, handle string) string {
 }
 
 func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error) {
+	// A volume this run published and that is still mounted needs nothing,
+	// not even a read of its claim, unless its driver wants republishing.
+	if v, ok := p.lookup(req.pod.UID, req.vol.Name); ok && !v.republish {
+		mps, err := p.mounter.mountPoints()
+		if err != nil {
+			return Mount{}, err
+		}
+		if _, ok := findMount(mps, v.target); ok {
+			return v.mount, nil
+		}
+	}
 	cv, err := p.resolve(ctx, req.pod, req.vol)
 	if err != nil {
 		return Mount{}, err
@@ -327,8 +360,9 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 			staging = p.blockDir("staging", cv.dirName)
 		}
 	}
-	record := publishedVolume{driver: cv.driver, handle: cv.handle, target: target, staging: staging, dirName: cv.dirName}
-	if _, ok := findMount(mps, target); ok {
+	record := publishedVolume{driver: cv.driver, handle: cv.handle, target: target, staging: staging, dirName: cv.dirName,
+		mount: mnt, republish: pol.requiresRepublish}
+	if _, ok := findMount(mps, target); ok && !pol.requiresRepublish {
 		p.remember(req.pod.UID, req.vol.Name, record)
 		return mnt, nil // published by an earlier pass
 	}
@@ -393,11 +427,18 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		volCtx[ctxServiceAccount] = req.pod.Spec.ServiceAccountName
 		volCtx[ctxEphemeral] = fmt.Sprint(cv.ephemeral)
 	}
+	if len(pol.tokenRequests) > 0 {
+		tokens, err := p.serviceAccountTokens(ctx, req.pod, pol.tokenRequests)
+		if err != nil {
+			return Mount{}, err
+		}
+		volCtx[ctxTokens] = tokens
+	}
 	secrets, err := p.secrets(ctx, cv.publishRef)
 	if err != nil {
 		return Mount{}, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := nodeCallContext(ctx)
 	_, err = driver.Node().NodePublishVolume(cctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
 		VolumeCapability: capability, Readonly: cv.readOnly, Secrets: secrets, VolumeContext: volCtx,
@@ -430,7 +471,7 @@ func (p *csiPlugin) stage(ctx context.Context, driver *csi.Driver, cv *csiVolume
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := nodeCallContext(ctx)
 	defer cancel()
 	if _, err := driver.Node().NodeStageVolume(cctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging,
@@ -442,6 +483,33 @@ func (p *csiPlugin) stage(ctx context.Context, driver *csi.Driver, cv *csiVolume
 	p.staged[staging] = true
 	p.mu.Unlock()
 	return nil
+}
+
+// serviceAccountTokens requests the tokens a CSIDriver asks for, bound to
+// the pod, and encodes them for the volume context.
+func (p *csiPlugin) serviceAccountTokens(ctx context.Context, pod *v1.Pod, reqs []storagev1.TokenRequest) (string, error) {
+	type entry struct {
+		Token               string    `json:"token"`
+		ExpirationTimestamp time.Time `json:"expirationTimestamp"`
+	}
+	out := map[string]entry{}
+	for _, r := range reqs {
+		token, expires, err := p.tokens.tokenExpiring(ctx, pod, &v1.ServiceAccountTokenProjection{
+			Audience: r.Audience, ExpirationSeconds: r.ExpirationSeconds})
+		if err != nil {
+			return "", err
+		}
+		out[r.Audience] = entry{Token: token, ExpirationTimestamp: expires}
+	}
+	b, err := json.Marshal(out)
+	return string(b), err
+}
+
+func (p *csiPlugin) lookup(uid types.UID, volName string) (publishedVolume, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.published[uid][volName]
+	return v, ok
 }
 
 func (p *csiPlugin) remember(uid types.UID, volName string, v publishedVolume) {
@@ -470,9 +538,7 @@ func (p *csiPlugin) forget(uid types.UID, dirName string) {
 // volumeDir is a published volume for the stats: its target, measured by
 // NodeGetVolumeStats when the driver offers it, walked otherwise.
 func (p *csiPlugin) volumeDir(uid types.UID, volName string) (PodVolumeDir, bool) {
-	p.mu.Lock()
-	v, ok := p.published[uid][volName]
-	p.mu.Unlock()
+	v, ok := p.lookup(uid, volName)
 	if !ok {
 		return PodVolumeDir{}, false
 	}
@@ -602,7 +668,7 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 		podUID := filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(dir))))
 		target = p.blockDir("publish", data.SpecVolID, podUID)
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := nodeCallContext(ctx)
 	_, err = driver.Node().NodeUnpublishVolume(cctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target})
 	cancel()
 	// NotFound: the driver no longer knows the volume (an earlier pass
@@ -635,7 +701,7 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 	if _, err := os.Lstat(staging); errors.Is(err, fs.ErrNotExist) {
 		return removeDir(p.mounter, gdir)
 	}
-	cctx, cancel = context.WithTimeout(ctx, callTimeout)
+	cctx, cancel = nodeCallContext(ctx)
 	_, err = driver.Node().NodeUnstageVolume(cctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.VolumeHandle,
 		StagingTargetPath: staging})
 	cancel()

@@ -2,12 +2,14 @@ package volume
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi/csitest"
@@ -397,5 +400,54 @@ func TestCSIVolumeStats(t *testing.T) {
 	}
 	if dirs := f.mgr.VolumeDirs(pod); len(dirs) != 0 {
 		t.Fatalf("volume listed after teardown: %+v", dirs)
+	}
+}
+
+// TestCSITokensAndRepublish: a driver whose CSIDriver asks for tokens gets
+// them in the volume context, bound to the pod, and with requiresRepublish
+// is called again at every sync; without it, a sync of a published volume
+// asks the apiserver nothing.
+func TestCSITokensAndRepublish(t *testing.T) {
+	ctx := context.Background()
+	pvc, pv := boundClaim("claim", "pv-1")
+	drv := csiDriverObject(false, false)
+	drv.Spec.TokenRequests = []storagev1.TokenRequest{{Audience: "vault", ExpirationSeconds: ptr(int64(3600))}}
+	drv.Spec.RequiresRepublish = ptr(true)
+	f := newCSIFixture(t, true, pvc, pv, drv)
+	tr := &tokenReactor{clock: testclock.NewFakeClock(time.Now())}
+	f.client.PrependReactor("create", "serviceaccounts", tr.react)
+	pod := claimPod("uid-a", "claim")
+	if _, err := f.mgr.MountPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pub := f.driver.Last("NodePublishVolume").(*csipb.NodePublishVolumeRequest)
+	var tokens map[string]struct {
+		Token               string    `json:"token"`
+		ExpirationTimestamp time.Time `json:"expirationTimestamp"`
+	}
+	if err := json.Unmarshal([]byte(pub.GetVolumeContext()[ctxTokens]), &tokens); err != nil || tokens["vault"].Token == "" ||
+		tokens["vault"].ExpirationTimestamp.IsZero() || tr.count() != 1 {
+		t.Fatalf("tokens in the volume context: %q (%v), %d requests", pub.GetVolumeContext()[ctxTokens], err, tr.count())
+	}
+	if _, err := f.mgr.MountPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.driver.Calls(); !slices.Equal(got, []string{"NodeStageVolume handle-pv-1", "NodePublishVolume handle-pv-1", "NodePublishVolume handle-pv-1"}) {
+		t.Fatalf("calls = %v, want a republish", got)
+	}
+
+	// Without requiresRepublish, a later sync reads nothing from the API.
+	pvc2, pv2 := boundClaim("other", "pv-2")
+	g := newCSIFixture(t, true, pvc2, pv2, csiDriverObject(false, false))
+	pod2 := claimPod("uid-b", "other")
+	if _, err := g.mgr.MountPod(ctx, pod2); err != nil {
+		t.Fatal(err)
+	}
+	before := len(g.client.Actions())
+	if _, err := g.mgr.MountPod(ctx, pod2); err != nil {
+		t.Fatal(err)
+	}
+	if after := g.client.Actions(); len(after) != before || len(g.driver.Calls()) != 2 {
+		t.Fatalf("a sync of a published volume made API calls %v and driver calls %v", after[before:], g.driver.Calls())
 	}
 }

@@ -121,7 +121,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		},
 	}
 	if cfg.CSIDrivers != nil {
-		m.plugins = append(m.plugins, newCSIPlugin(cfg.Client, cfg.CSIDrivers, string(cfg.NodeName), m.layout, cfg.mounter))
+		m.plugins = append(m.plugins, newCSIPlugin(cfg.Client, tokens, cfg.CSIDrivers, string(cfg.NodeName), m.layout, cfg.mounter))
 	}
 	return m, nil
 }

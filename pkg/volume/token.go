@@ -55,12 +55,18 @@ func newTokenSource(client kubernetes.Interface, c clock.PassiveClock) *tokenSou
 // token returns a valid token for the projection, requesting a new one
 // when the cached one is due.
 func (s *tokenSource) token(ctx context.Context, pod *v1.Pod, p *v1.ServiceAccountTokenProjection) (string, error) {
+	t, _, err := s.tokenExpiring(ctx, pod, p)
+	return t, err
+}
+
+// tokenExpiring is token with the time the token expires.
+func (s *tokenSource) tokenExpiring(ctx context.Context, pod *v1.Pod, p *v1.ServiceAccountTokenProjection) (string, time.Time, error) {
 	exp := defaultTokenExpiration
 	if p.ExpirationSeconds != nil {
 		exp = *p.ExpirationSeconds
 	}
 	if exp < minTokenExpiration {
-		return "", fmt.Errorf("serviceAccountToken expirationSeconds %d is below the minimum of %d", exp, minTokenExpiration)
+		return "", time.Time{}, fmt.Errorf("serviceAccountToken expirationSeconds %d is below the minimum of %d", exp, minTokenExpiration)
 	}
 	account := pod.Spec.ServiceAccountName
 	if account == "" {
@@ -73,10 +79,10 @@ func (s *tokenSource) token(ctx context.Context, pod *v1.Pod, p *v1.ServiceAccou
 	cached, ok := s.cache[key]
 	s.mu.Unlock()
 	if ok && now.Before(cached.refreshAt) {
-		return cached.token, nil
+		return cached.token, cached.expires, nil
 	}
 	if s.client == nil {
-		return "", fmt.Errorf("serviceAccountToken: no API client")
+		return "", time.Time{}, fmt.Errorf("serviceAccountToken: no API client")
 	}
 
 	req := &authenticationv1.TokenRequest{
@@ -97,12 +103,12 @@ func (s *tokenSource) token(ctx context.Context, pod *v1.Pod, p *v1.ServiceAccou
 	if err != nil {
 		if ok && now.Before(cached.expires) {
 			// The old token still works; try again next sync.
-			return cached.token, nil
+			return cached.token, cached.expires, nil
 		}
-		return "", fmt.Errorf("request token for service account %s/%s: %w", pod.Namespace, account, err)
+		return "", time.Time{}, fmt.Errorf("request token for service account %s/%s: %w", pod.Namespace, account, err)
 	}
 	if resp.Status.Token == "" {
-		return "", fmt.Errorf("request token for service account %s/%s: empty token in response", pod.Namespace, account)
+		return "", time.Time{}, fmt.Errorf("request token for service account %s/%s: empty token in response", pod.Namespace, account)
 	}
 	issued := s.clock.Now()
 	expires := resp.Status.ExpirationTimestamp.Time
@@ -116,7 +122,7 @@ func (s *tokenSource) token(ctx context.Context, pod *v1.Pod, p *v1.ServiceAccou
 	s.mu.Lock()
 	s.cache[key] = cachedToken{token: resp.Status.Token, issued: issued, expires: expires, refreshAt: refresh}
 	s.mu.Unlock()
-	return resp.Status.Token, nil
+	return resp.Status.Token, expires, nil
 }
 
 // nextRefresh is when the pod's earliest token is due; false when the pod

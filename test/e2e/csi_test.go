@@ -548,6 +548,33 @@ func TestCSIAgentKilledMidCall(t *testing.T) {
 			t.Errorf("killed during %s: mounts left after the pod went: %v", window, m)
 		}
 	}
+
+	// A pod deleted while the driver works on its NodePublishVolume: the
+	// pass is abandoned, and the volume is still torn down.
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "deleted", Namespace: ns}, Spec: claimSpec()}
+	pv := csiPVMode(t, driver, createCSIVolume(t, socket, "crash-deleted-"+ns, false), claim, nil)
+	claim.Spec.VolumeName = pv.Name
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PVC: %v", err)
+	}
+	spec := busyboxPod("deleted", corev1.RestartPolicyAlways, "sleep 3600")
+	spec.Namespace = ns
+	spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
+	spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	pod := createPod(t, spec)
+	framework.Eventually(t, time.Minute, func() error {
+		_, err := os.Stat(filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "vol_data.json"))
+		return err
+	})
+	deletePodAndWait(t, pod)
+	if m := mountsUnder(t, filepath.Join(root, "pods", string(pod.UID))); len(m) > 0 {
+		t.Errorf("deleted during NodePublishVolume: mounts left: %v", m)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "pods", string(pod.UID))); !os.IsNotExist(err) {
+		t.Errorf("deleted during NodePublishVolume: the pod's directory is left: %v", err)
+	}
+
 	waitCSIVolumesGone(t, root, driver)
 	if m := mountsUnder(t, filepath.Join(root, "plugins", "kubernetes.io", "csi", driver)); len(m) > 0 {
 		t.Errorf("staging mounts left: %v", m)
