@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestParseLabels(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || !equalStringMaps(got, tt.want) {
+			if err != nil || !maps.Equal(got, tt.want) {
 				t.Fatalf("got %v, %v; want %v", got, err, tt.want)
 			}
 		})

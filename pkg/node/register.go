@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,7 +101,7 @@ func (c *Controller) updateStatus(ctx context.Context, obs observation, now meta
 	setStatus(&c.cfg, updated, obs, now)
 
 	due := !now.Time.Before(c.lastReport.Add(c.cfg.StatusReportFrequency))
-	metaChanged := !equalStringMaps(existing.Labels, updated.Labels) || !equalStringMaps(existing.Annotations, updated.Annotations)
+	metaChanged := !maps.Equal(existing.Labels, updated.Labels) || !maps.Equal(existing.Annotations, updated.Annotations)
 	if !due && !metaChanged && !statusChanged(&existing.Status, &updated.Status) {
 		return nil
 	}
@@ -154,16 +155,4 @@ func addUIDPrecondition(patch []byte, uid types.UID) ([]byte, error) {
 	meta["uid"] = string(uid)
 	m["metadata"] = meta
 	return json.Marshal(m)
-}
-
-func equalStringMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }

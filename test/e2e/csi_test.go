@@ -491,25 +491,13 @@ func TestCSIAgentKilledMidCall(t *testing.T) {
 	requireNodeagent(t)
 	cfg := framework.Cluster(t)
 	ctx := framework.Context(t, 5*time.Minute)
-	cs := framework.Client(t)
 	root := cfg.AgentRootDir()
 	ns := newNamespace(t, "csi-crash")
 	const driver = "crash.csi.nodeagent.dev"
 	socket := deployHostpathDriverNamed(t, ns, driver, "--slow-node-calls=4s")
 
 	for i, window := range []string{"NodeStageVolume", "NodePublishVolume"} {
-		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: ns}, Spec: claimSpec()}
-		pv := csiPVMode(t, driver, createCSIVolume(t, socket, fmt.Sprintf("crash-%d-%s", i, ns), false), claim, nil)
-		claim.Spec.VolumeName = pv.Name
-		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create PVC: %v", err)
-		}
-		spec := busyboxPod("crash", corev1.RestartPolicyAlways, "trap 'exit 0' TERM; sleep 3600 & wait")
-		spec.Namespace = ns
-		spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
-		spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
-		pod := createPod(t, spec)
+		pod, pv := podOfNewVolume(t, ns, driver, socket, fmt.Sprintf("c%d", i))
 		pvDir := filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name)
 
 		// The agent writes these just before it calls the driver, which then
@@ -526,19 +514,7 @@ func TestCSIAgentKilledMidCall(t *testing.T) {
 			_, err := os.Stat(marker)
 			return err
 		})
-		pid := cfg.AgentPid()
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("SIGKILL agent: %v", err)
-		}
-		framework.Eventually(t, 30*time.Second, func() error {
-			if cfg.Running("agent") {
-				return fmt.Errorf("agent %d still alive", pid)
-			}
-			return nil
-		})
-		if err := cfg.StartAgent(ctx); err != nil {
-			t.Fatalf("start agent: %v", err)
-		}
+		sigkillAndRestartAgent(t, ctx)
 		waitPod(t, pod, 2*time.Minute, runningAndReady)
 		if m := mountsUnder(t, filepath.Join(pvDir, "mount")); len(m) != 1 {
 			t.Errorf("killed during %s: the pod's volume is mounted %d times: %v", window, len(m), m)
@@ -551,18 +527,7 @@ func TestCSIAgentKilledMidCall(t *testing.T) {
 
 	// A pod deleted while the driver works on its NodePublishVolume: the
 	// pass is abandoned, and the volume is still torn down.
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "deleted", Namespace: ns}, Spec: claimSpec()}
-	pv := csiPVMode(t, driver, createCSIVolume(t, socket, "crash-deleted-"+ns, false), claim, nil)
-	claim.Spec.VolumeName = pv.Name
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create PVC: %v", err)
-	}
-	spec := busyboxPod("deleted", corev1.RestartPolicyAlways, "sleep 3600")
-	spec.Namespace = ns
-	spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
-	spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
-	pod := createPod(t, spec)
+	pod, pv := podOfNewVolume(t, ns, driver, socket, "deleted")
 	framework.Eventually(t, time.Minute, func() error {
 		_, err := os.Stat(filepath.Join(root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "vol_data.json"))
 		return err
@@ -579,4 +544,23 @@ func TestCSIAgentKilledMidCall(t *testing.T) {
 	if m := mountsUnder(t, filepath.Join(root, "plugins", "kubernetes.io", "csi", driver)); len(m) > 0 {
 		t.Errorf("staging mounts left: %v", m)
 	}
+}
+
+// podOfNewVolume makes a volume through the driver's socket, a PV of it
+// bound ahead to a claim named name, and a running pod that mounts it.
+func podOfNewVolume(t *testing.T, ns, driver, socket, name string) (*corev1.Pod, *corev1.PersistentVolume) {
+	t.Helper()
+	ctx := framework.Context(t, time.Minute)
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: claimSpec()}
+	pv := csiPVMode(t, driver, createCSIVolume(t, socket, name+"-"+ns, false), claim, nil)
+	claim.Spec.VolumeName = pv.Name
+	if _, err := framework.Client(t).CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PVC: %v", err)
+	}
+	spec := busyboxPod(name, corev1.RestartPolicyAlways, "trap 'exit 0' TERM; sleep 3600 & wait")
+	spec.Namespace = ns
+	spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
+	spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	return createPod(t, spec), pv
 }

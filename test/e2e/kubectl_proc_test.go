@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,9 +24,9 @@ import (
 // ends.
 type kubectlProc struct {
 	cmd    *exec.Cmd
-	stdin  io.WriteCloser // nil unless asked for; the terminal with a pty
-	out    *syncBuffer    // stdout, or everything the terminal showed
-	errOut *syncBuffer
+	stdin  io.WriteCloser        // nil unless asked for; the terminal with a pty
+	out    *framework.SyncBuffer // stdout, or everything the terminal showed
+	errOut *framework.SyncBuffer
 	done   chan struct{}
 	err    error // set before done closes
 	// copied closes once a terminal's output is all in out (the master
@@ -37,31 +35,13 @@ type kubectlProc struct {
 	copied chan struct{}
 }
 
-// syncBuffer is a bytes.Buffer written by one goroutine and read by the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startKubectl starts kubectl with its stdout collected; with withStdin its stdin is a pipe
 // the test writes to.
 func startKubectl(t *testing.T, withStdin bool, args ...string) *kubectlProc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := framework.KubectlCommand(t, ctx, args...)
-	p := &kubectlProc{cmd: cmd, out: &syncBuffer{}, errOut: &syncBuffer{}, done: make(chan struct{})}
+	p := &kubectlProc{cmd: cmd, out: &framework.SyncBuffer{}, errOut: &framework.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.errOut
 	if withStdin {
 		w, err := cmd.StdinPipe()
@@ -95,7 +75,7 @@ func startKubectlTerminal(t *testing.T, rows, cols uint16, args ...string) *kube
 	cmd := framework.KubectlCommand(t, ctx, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	p := &kubectlProc{cmd: cmd, stdin: master, out: &syncBuffer{}, errOut: &syncBuffer{}, done: make(chan struct{})}
+	p := &kubectlProc{cmd: cmd, stdin: master, out: &framework.SyncBuffer{}, errOut: &framework.SyncBuffer{}, done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatalf("start kubectl %s: %v", strings.Join(args, " "), err)

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -20,7 +21,6 @@ import (
 // Its 20 pods are found again by their labels: no container restarted, no sandbox doubled.
 func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
 	requireNodeagent(t)
-	cfg := framework.Cluster(t)
 	ctx := framework.Context(t, 5*time.Minute)
 	type seen struct {
 		containerIDs map[string]string
@@ -65,22 +65,7 @@ func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
 		t.Fatalf("mounts of the volume pod before the restart: %v", mountsBefore)
 	}
 
-	pid := cfg.Pids()["agent"]
-	if pid == 0 {
-		t.Fatal("no agent pid recorded")
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL agent: %v", err)
-	}
-	framework.Eventually(t, 30*time.Second, func() error {
-		if cfg.Running("agent") {
-			return fmt.Errorf("agent %d still alive", pid)
-		}
-		return nil
-	})
-	if err := cfg.StartAgent(ctx); err != nil {
-		t.Fatalf("start agent: %v", err)
-	}
+	sigkillAndRestartAgent(t, ctx)
 	// A new pod reaching Running shows the restarted agent is syncing pods again.
 	probe := createPod(t, busyboxPod("after-restart", corev1.RestartPolicyAlways, "sleep 3600"))
 	waitPod(t, probe, 2*time.Minute, runningAndReady)
@@ -105,5 +90,28 @@ func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
 				t.Errorf("pod %s container %s: %s/%d before, %s/%d after", pod.Name, name, id, b.restarts[name], after.containerIDs[name], after.restarts[name])
 			}
 		}
+	}
+}
+
+// sigkillAndRestartAgent kills the node agent with SIGKILL, waits until it
+// is gone and starts it again.
+func sigkillAndRestartAgent(t *testing.T, ctx context.Context) {
+	t.Helper()
+	cfg := framework.Cluster(t)
+	pid := cfg.Pids()["agent"]
+	if pid == 0 {
+		t.Fatal("no agent pid recorded")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL agent: %v", err)
+	}
+	framework.Eventually(t, 30*time.Second, func() error {
+		if cfg.Running("agent") {
+			return fmt.Errorf("agent %d still alive", pid)
+		}
+		return nil
+	})
+	if err := cfg.StartAgent(ctx); err != nil {
+		t.Fatalf("start agent: %v", err)
 	}
 }

@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -52,7 +53,7 @@ func (n *APINodeInfo) AddDriver(ctx context.Context, d *Driver) error {
 		return err
 	}
 	return n.updateCSINode(ctx, func(c *storagev1.CSINode) {
-		entry := storagev1.CSINodeDriver{Name: d.Name, NodeID: d.NodeID, TopologyKeys: sortedKeys(d.Topology)}
+		entry := storagev1.CSINodeDriver{Name: d.Name, NodeID: d.NodeID, TopologyKeys: slices.Sorted(maps.Keys(d.Topology))}
 		if d.MaxVolumes > 0 {
 			count := int32(d.MaxVolumes)
 			entry.Allocatable = &storagev1.VolumeNodeResources{Count: &count}
@@ -127,19 +128,7 @@ func (n *APINodeInfo) updateNode(ctx context.Context, change func(*v1.Node)) err
 }
 
 func equalMeta(a, b *v1.Node) bool {
-	return mapsEqual(a.Annotations, b.Annotations) && mapsEqual(a.Labels, b.Labels)
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
+	return maps.Equal(a.Annotations, b.Annotations) && maps.Equal(a.Labels, b.Labels)
 }
 
 // updateCSINode applies change to this node's CSINode, creating it (owned
@@ -199,13 +188,4 @@ func csiNodeEqual(a, b *storagev1.CSINode) bool {
 		S storagev1.CSINodeSpec
 	}{b.Annotations, b.Spec})
 	return string(ab) == string(bb)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

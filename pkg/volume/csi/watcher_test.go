@@ -65,28 +65,35 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestWatcherRegistersAndDeregisters: a driver whose registrar puts its
-// socket in the registration directory is registered with what its
-// NodeGetInfo says and told so; when the socket goes it is deregistered,
-// and when it comes back (the driver restarted) registered again.
-func TestWatcherRegistersAndDeregisters(t *testing.T) {
+// startWatcher runs a watcher on a fresh registration directory (short
+// paths: unix sockets have a length limit) until the test ends.
+func startWatcher(t *testing.T) (dir, regDir string, info *recordingInfo, reg *csi.Registry) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "csiw")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	regDir := filepath.Join(dir, "plugins_registry")
-	driverSock := filepath.Join(dir, "csi.sock")
-	drv := &csitest.Driver{Name: "test.csi.dev", NodeID: "node-7", Stage: true, Topology: map[string]string{"topology.test/zone": "z1"}}
-	csitest.Serve(t, driverSock, drv)
-
-	info := &recordingInfo{drivers: map[string]string{}}
-	reg := csi.NewRegistry(info)
+	regDir = filepath.Join(dir, "plugins_registry")
+	info = &recordingInfo{drivers: map[string]string{}}
+	reg = csi.NewRegistry(info)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- (&csi.Watcher{Dir: regDir, Registry: reg}).Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	eventually(t, "watching", func() bool { _, err := os.Stat(regDir); return err == nil })
+	return dir, regDir, info, reg
+}
+
+// TestWatcherRegistersAndDeregisters: a driver whose registrar puts its
+// socket in the registration directory is registered with what its
+// NodeGetInfo says and told so; when the socket goes it is deregistered,
+// and when it comes back (the driver restarted) registered again.
+func TestWatcherRegistersAndDeregisters(t *testing.T) {
+	dir, regDir, info, reg := startWatcher(t)
+	driverSock := filepath.Join(dir, "csi.sock")
+	drv := &csitest.Driver{Name: "test.csi.dev", NodeID: "node-7", Stage: true, Topology: map[string]string{"topology.test/zone": "z1"}}
+	csitest.Serve(t, driverSock, drv)
 
 	// A plugin of another type is refused, with the reason.
 	other := &csitest.Registrar{Info: registerapi.PluginInfo{Type: registerapi.DevicePlugin, Name: "gpu", SupportedVersions: []string{"v1beta1"}},
@@ -133,19 +140,8 @@ func TestWatcherRegistersAndDeregisters(t *testing.T) {
 // TestWatcherRetriesAFailedRegistration: a registrar whose driver is not
 // answering yet is told it failed, and registered once the driver is up.
 func TestWatcherRetriesAFailedRegistration(t *testing.T) {
-	dir, err := os.MkdirTemp("", "csiw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	regDir := filepath.Join(dir, "plugins_registry")
+	dir, regDir, _, reg := startWatcher(t)
 	driverSock := filepath.Join(dir, "csi.sock")
-	reg := csi.NewRegistry(&recordingInfo{drivers: map[string]string{}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- (&csi.Watcher{Dir: regDir, Registry: reg}).Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	eventually(t, "watching", func() bool { _, err := os.Stat(regDir); return err == nil })
 
 	r := &csitest.Registrar{Info: registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: "late.csi.dev", Endpoint: driverSock,
 		SupportedVersions: []string{"1.0.0"}}, Status: make(chan *registerapi.RegistrationStatus, 8)}

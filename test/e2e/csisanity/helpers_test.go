@@ -3,13 +3,12 @@
 package csisanity
 
 import (
-	"bytes"
 	"context"
+	"github.com/nodeagent/nodeagent/test/e2e/framework"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,7 +66,7 @@ type driverProc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	sock   string
-	log    *syncBuffer
+	log    *framework.SyncBuffer
 	done   chan error
 	exited bool
 }
@@ -76,7 +75,7 @@ type driverProc struct {
 // for its socket. It is stopped when the test ends, and its log shown if the test failed.
 func startDriver(t *testing.T, bin, dir string, args ...string) *driverProc {
 	t.Helper()
-	p := &driverProc{t: t, sock: filepath.Join(dir, "csi.sock"), log: &syncBuffer{}, done: make(chan error, 1)}
+	p := &driverProc{t: t, sock: filepath.Join(dir, "csi.sock"), log: &framework.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, append([]string{
 		"--endpoint=unix://" + p.sock, "--nodeid=sanity-node", "--statedir=" + filepath.Join(dir, "state"), "--v=2",
 	}, args...)...)
@@ -187,22 +186,4 @@ func tailOf(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
-}
-
-// syncBuffer is a bytes.Buffer a process writes while a test may read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
