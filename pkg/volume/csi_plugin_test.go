@@ -451,3 +451,42 @@ func TestCSITokensAndRepublish(t *testing.T) {
 		t.Fatalf("a sync of a published volume made API calls %v and driver calls %v", after[before:], g.driver.Calls())
 	}
 }
+
+// TestCSIVolumesOfAPodPublishSideBySide: a pod's second volume is published
+// while its first one's NodePublishVolume still waits.
+func TestCSIVolumesOfAPodPublishSideBySide(t *testing.T) {
+	ctx := context.Background()
+	pvcA, pvA := boundClaim("a", "pv-a")
+	pvcB, pvB := boundClaim("b", "pv-b")
+	f := newCSIFixture(t, true, pvcA, pvA, pvcB, pvB, csiDriverObject(false, false))
+	bPublished := make(chan struct{})
+	waited := make(chan bool, 1)
+	f.driver.OnPublish = func(r *csipb.NodePublishVolumeRequest) {
+		switch r.GetVolumeId() {
+		case "handle-pv-a":
+			select {
+			case <-bPublished:
+				waited <- true
+			case <-time.After(10 * time.Second):
+				waited <- false
+			}
+		case "handle-pv-b":
+			close(bPublished)
+		}
+		_ = f.fm.mount("", r.GetTargetPath(), "bind", 0, "")
+	}
+	pod := basePod(func(p *v1.Pod) {
+		p.UID = "uid-a"
+		for _, c := range []string{"a", "b"} {
+			p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: c, VolumeSource: v1.VolumeSource{
+				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
+		}
+	})
+	mounts, err := f.mgr.MountPod(ctx, pod)
+	if err != nil || len(mounts) != 2 {
+		t.Fatalf("mounts %v, %v", mounts, err)
+	}
+	if !<-waited {
+		t.Fatal("volume b was not published while volume a's publish waited")
+	}
+}

@@ -170,33 +170,45 @@ func (m *Manager) MountPod(ctx context.Context, pod *v1.Pod) (Mounts, error) {
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		fsGroup, fsGroupPolicy = sc.FSGroup, sc.FSGroupChangePolicy
 	}
-	mounts := make(Mounts, len(pod.Spec.Volumes))
-	var errs []error
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// Volumes are set up side by side, as the kubelet's operations run: a
+	// slow one (a CSI driver's NodePublishVolume) delays no other.
+	results := make([]Mount, len(pod.Spec.Volumes))
+	errs := make([]error, len(pod.Spec.Volumes))
+	var wg sync.WaitGroup
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
-		if err := ctx.Err(); err != nil {
-			return mounts, err
-		}
 		p := m.pluginFor(vol)
 		if p == nil {
-			errs = append(errs, &MountError{Volume: vol.Name, Err: errUnsupported})
+			errs[i] = &MountError{Volume: vol.Name, Err: errUnsupported}
 			continue
 		}
-		start := time.Now()
-		mnt, err := p.setUp(ctx, &setUpRequest{
-			pod:           pod,
-			vol:           vol,
-			dir:           m.layout.Pod(pod.UID).VolumeDir(p.name(), vol.Name),
-			fsGroup:       fsGroup,
-			fsGroupPolicy: fsGroupPolicy,
+		wg.Go(func() {
+			start := time.Now()
+			mnt, err := p.setUp(ctx, &setUpRequest{
+				pod:           pod,
+				vol:           vol,
+				dir:           m.layout.Pod(pod.UID).VolumeDir(p.name(), vol.Name),
+				fsGroup:       fsGroup,
+				fsGroupPolicy: fsGroupPolicy,
+			})
+			if err != nil {
+				log.V(2).Info("Volume set up failed", "volume", vol.Name, "plugin", p.name(), "err", err)
+				errs[i] = &MountError{Volume: vol.Name, Err: err}
+				return
+			}
+			log.V(5).Info("Volume set up", "volume", vol.Name, "plugin", p.name(), "duration", time.Since(start))
+			results[i] = mnt
 		})
-		if err != nil {
-			log.V(2).Info("Volume set up failed", "volume", vol.Name, "plugin", p.name(), "err", err)
-			errs = append(errs, &MountError{Volume: vol.Name, Err: err})
-			continue
+	}
+	wg.Wait()
+	mounts := make(Mounts, len(pod.Spec.Volumes))
+	for i := range pod.Spec.Volumes {
+		if errs[i] == nil {
+			mounts[pod.Spec.Volumes[i].Name] = results[i]
 		}
-		log.V(5).Info("Volume set up", "volume", vol.Name, "plugin", p.name(), "duration", time.Since(start))
-		mounts[vol.Name] = mnt
 	}
 	return mounts, errors.Join(errs...)
 }
