@@ -103,23 +103,42 @@ func deployHostpathDriver(t *testing.T, ns string, failPublish int) string {
 	plugin := createPod(t, pod)
 	// Runs before createPod's own clean-up (clean-ups run last first):
 	// the volumes of the test's pods must be gone before their driver.
-	t.Cleanup(func() { waitCSIVolumesGone(t, root) })
+	t.Cleanup(func() { waitCSIVolumesGone(t, root, hostpathDriver) })
 	waitPod(t, plugin, 2*time.Minute, runningAndReady)
 	return filepath.Join(pluginDir, "csi.sock")
 }
 
-// waitCSIVolumesGone waits until no pod directory holds a CSI volume and no
-// global CSI directory is left: every volume unpublished and unstaged.
-func waitCSIVolumesGone(t *testing.T, root string) {
+// waitCSIVolumesGone waits until no pod directory holds a volume of driver
+// and no global directory of driver is left: every volume unpublished and
+// unstaged. Other drivers' volumes, of tests running alongside, do not count.
+func waitCSIVolumesGone(t *testing.T, root, driver string) {
 	t.Helper()
 	framework.Eventually(t, 2*time.Minute, func() error {
-		left, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*"))
-		staged, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", hostpathDriver, "*"))
+		left := csiVolumeDirs(root, driver)
+		staged, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", driver, "*"))
 		if len(left)+len(staged) > 0 {
 			return fmt.Errorf("CSI volumes left: %v %v", left, staged)
 		}
 		return nil
 	})
+}
+
+// csiVolumeDirs lists the pods' CSI volume directories whose vol_data.json
+// names driver, and those without a readable one (half made or half torn
+// down: they may be anyone's).
+func csiVolumeDirs(root, driver string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*"))
+	var out []string
+	for _, d := range dirs {
+		var data struct {
+			DriverName string `json:"driverName"`
+		}
+		b, err := os.ReadFile(filepath.Join(d, "vol_data.json"))
+		if err != nil || json.Unmarshal(b, &data) != nil || data.DriverName == driver {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // mountsUnder lists the mount points at or below dir in this machine's
@@ -345,7 +364,7 @@ func TestCSIHostpathVolumes(t *testing.T) {
 	}
 	deletePodAndWait(t, eph)
 
-	waitCSIVolumesGone(t, root)
+	waitCSIVolumesGone(t, root, hostpathDriver)
 	if m := mountsUnder(t, filepath.Join(root, "plugins", "kubernetes.io", "csi")); len(m) > 0 {
 		t.Errorf("staging mounts left: %v", m)
 	}

@@ -49,8 +49,8 @@ type Config struct {
 	StateDir string
 	// Namespace is where mount pods are made. Required.
 	Namespace string
-	// Image is the mount pods' image; it needs sh, sleep, mkdir, mount, umount and
-	// mountpoint (busybox). Required.
+	// Image is the mount pods' image; it needs sh, sleep, mkdir, grep, mount and umount
+	// (busybox). Required.
 	Image string
 	// Client talks to the apiserver. Required.
 	Client kubernetes.Interface

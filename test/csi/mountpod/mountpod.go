@@ -29,7 +29,7 @@ func mountPodSpec(cfg Config, handle string) *corev1.Pod {
 	script := fmt.Sprintf(`trap 'umount %[1]s 2>/dev/null; exit 0' TERM INT
 sleep %[2]s & wait $!
 mkdir -p %[1]s
-mountpoint -q %[1]s || mount -t tmpfs -o size=64m mountpod-%[3]s %[1]s || exit 1
+grep -q " %[1]s " /proc/mounts || mount -t tmpfs -o size=64m mountpod-%[3]s %[1]s || exit 1
 echo "serving %[1]s"
 while true; do sleep 3600 & wait $!; done
 `, mnt, strconv.FormatFloat(cfg.MountPodDelay.Seconds(), 'f', -1, 64), key)
@@ -54,7 +54,7 @@ while true; do sleep 3600 & wait $!; done
 				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 				VolumeMounts:    []corev1.VolumeMount{{Name: "served", MountPath: servedPath, MountPropagation: &bidi}},
 				ReadinessProbe: &corev1.Probe{
-					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"mountpoint", "-q", mnt}}},
+					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: mountedCommand()}},
 					PeriodSeconds: 1, FailureThreshold: 1,
 				},
 			}},
@@ -62,6 +62,12 @@ while true; do sleep 3600 & wait $!; done
 				Path: volumeDir(cfg.StateDir, cfg.NodeID, handle), Type: &dirOrCreate}}}},
 		},
 	}
+}
+
+// mountedCommand succeeds in a mount pod's container while its file system is mounted.
+// Some busybox builds (Debian's) have no mountpoint applet; all have grep.
+func mountedCommand() []string {
+	return []string{"grep", "-q", " " + servedPath + "/mnt tmpfs ", "/proc/mounts"}
 }
 
 // podReady says whether a mount pod serves: Ready, and not on its way out.

@@ -50,8 +50,8 @@ func refKey(target string) string {
 	return refPrefix + hex.EncodeToString(sum[:8])
 }
 
-// refs lists the target paths recorded as users of a mount pod, sorted.
-func refs(pod *corev1.Pod) []string {
+// Users lists the target paths recorded as users of a mount pod, sorted.
+func Users(pod *corev1.Pod) []string {
 	var out []string
 	for k, v := range pod.Annotations {
 		if strings.HasPrefix(k, refPrefix) {

@@ -76,7 +76,7 @@ func TestRefs(t *testing.T) {
 			if got := tt.change(p); got != tt.wantChanged {
 				t.Errorf("changed = %v, want %v", got, tt.wantChanged)
 			}
-			if got := refs(p); !reflect.DeepEqual(got, tt.want) {
+			if got := Users(p); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("refs = %q, want %q", got, tt.want)
 			}
 			if p.Annotations[AnnotationHandle] != "" && p.Annotations[AnnotationHandle] != "vol" {

@@ -126,7 +126,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		if err := d.updateRefs(ctx, pod, func(p *corev1.Pod) bool { return dropRef(p, target) }); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "drop user of mount pod %s/%s: %v", pod.Namespace, pod.Name, err)
 		}
-		if users := refs(pod); len(users) > 0 {
+		if users := Users(pod); len(users) > 0 {
 			logger.Info("Unpublished volume", "mountPod", klog.KObj(pod), "usersLeft", len(users))
 			return &csi.NodeUnpublishVolumeResponse{}, nil
 		}

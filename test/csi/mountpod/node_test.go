@@ -154,7 +154,7 @@ func TestPublishSharesOneMountPod(t *testing.T) {
 	if p.Name != mountPodName(testNode, handle) || p.Spec.NodeName != testNode || p.Annotations[AnnotationHandle] != handle {
 		t.Errorf("mount pod %s on node %q for %q", p.Name, p.Spec.NodeName, p.Annotations[AnnotationHandle])
 	}
-	if got := refs(&p); !slices.Equal(got, []string{a, b}) {
+	if got := Users(&p); !slices.Equal(got, []string{a, b}) {
 		t.Errorf("users %q, want %q", got, []string{a, b})
 	}
 	if want := []string{"bind " + a, "bind " + b}; !slices.Equal(f.mount.calls, want) {
@@ -174,7 +174,7 @@ func TestPublishSharesOneMountPod(t *testing.T) {
 		t.Errorf("target %s not removed: %v", a, err)
 	}
 	pods = f.mountPods(t)
-	if len(pods) != 1 || !slices.Equal(refs(&pods[0]), []string{b}) {
+	if len(pods) != 1 || !slices.Equal(Users(&pods[0]), []string{b}) {
 		t.Fatalf("after one user left: mount pods %v", pods)
 	}
 
@@ -270,7 +270,7 @@ func TestPublishFailsUntilServed(t *testing.T) {
 				t.Errorf("mounted %v", f.mount.mounts)
 			}
 			for _, p := range f.mountPods(t) {
-				if users := refs(&p); len(users) > 0 {
+				if users := Users(&p); len(users) > 0 {
 					t.Errorf("users recorded: %q", users)
 				}
 			}
@@ -336,7 +336,7 @@ func TestMountPodSpec(t *testing.T) {
 		t.Errorf("volume mounts %+v, want one Bidirectional", c.VolumeMounts)
 	case p.Spec.Volumes[0].HostPath == nil || p.Spec.Volumes[0].HostPath.Path != volumeDir(cfg.StateDir, testNode, "vol-1"):
 		t.Errorf("volumes %+v", p.Spec.Volumes)
-	case c.ReadinessProbe == nil || !slices.Equal(c.ReadinessProbe.Exec.Command, []string{"mountpoint", "-q", servedPath + "/mnt"}):
+	case c.ReadinessProbe == nil || !slices.Equal(c.ReadinessProbe.Exec.Command, []string{"grep", "-q", " /served/mnt tmpfs ", "/proc/mounts"}):
 		t.Errorf("readiness probe %+v", c.ReadinessProbe)
 	case len(c.Command) != 3 || !slices.Contains(strings.Split(c.Command[2], "\n"), "sleep 1.5 & wait $!"):
 		t.Errorf("script does not wait 1.5s first:\n%s", c.Command[2])
