@@ -233,7 +233,7 @@ func TestCSIMountPod(t *testing.T) {
 	// the business pods' volumes to run anything else.
 	bystander := busyboxPod("bystander", corev1.RestartPolicyAlways, "trap 'exit 0' TERM; sleep 3600 & wait")
 	bystander.Namespace = ns
-	bystander = waitPod(t, createPod(t, bystander), time.Minute, runningAndReady)
+	waitPod(t, createPod(t, bystander), time.Minute, runningAndReady)
 	bystanderUp := time.Since(start)
 	for _, p := range []*corev1.Pod{writer, reader} {
 		got, err := cs.CoreV1().Pods(ns).Get(context.Background(), p.Name, metav1.GetOptions{})

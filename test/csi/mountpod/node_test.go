@@ -342,3 +342,37 @@ func TestMountPodSpec(t *testing.T) {
 		t.Errorf("script does not wait 1.5s first:\n%s", c.Command[2])
 	}
 }
+
+// A volume whose mount pod is slow holds up its own calls only.
+func TestSlowVolumeHoldsUpItselfOnly(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.ReadyTimeout = time.Minute })
+	f.notReady = true
+	ready := mountPodSpec(f.d.cfg, "fast")
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := f.cs.Tracker().Add(ready); err != nil {
+		t.Fatal(err)
+	}
+	f.serve(t, "slow")
+	f.serve(t, "fast")
+	ctx, cancel := context.WithCancel(context.Background())
+	slow := make(chan error, 1)
+	slowTarget := f.target(t, "a")
+	go func() {
+		_, err := f.d.NodePublishVolume(ctx, publishReq("slow", slowTarget))
+		slow <- err
+	}()
+	for len(f.mountPods(t)) < 2 { // the slow volume's mount pod is made: its call waits
+	}
+	if _, err := f.d.NodePublishVolume(context.Background(), publishReq("fast", f.target(t, "b"))); err != nil {
+		t.Fatalf("publish of the fast volume: %v", err)
+	}
+	select {
+	case err := <-slow:
+		t.Fatalf("the slow volume's publish returned: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-slow; status.Code(err) != codes.Unavailable {
+		t.Errorf("the slow volume's publish, cancelled: %v, want Unavailable", err)
+	}
+}
