@@ -158,7 +158,8 @@ func waitMountPodVolumesGone(t *testing.T, root, ns, stateDir string) {
 // Two pods share one PV through one mount pod and see each other's data;
 // while the mount pod is slow to start (longer than the driver waits, so
 // the agent hears Unavailable and retries), another pod on the node starts
-// and runs; when the last user goes, so does the mount pod, and nothing
+// and runs, and a pod deleted while its publish waits takes its own mount
+// pod along; when the last user goes, so does the mount pod, and nothing
 // stays mounted.
 func TestCSIMountPod(t *testing.T) {
 	t.Parallel()
@@ -169,61 +170,27 @@ func TestCSIMountPod(t *testing.T) {
 	const delay, readyTimeout = 20 * time.Second, 10 * time.Second
 	stateDir := deployMountPodDriver(t, ns, delay, readyTimeout)
 
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: ns}, Spec: claimSpec()}
-	claim.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "mountpod-pv-"},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: claim.Name},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: mountPodDriver, VolumeHandle: "shared-" + ns}},
-		},
-	}
-	pv, err := cs.CoreV1().PersistentVolumes().Create(framework.Context(t, 30*time.Second), pv, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create PV: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
-	})
-	claim.Spec.VolumeName = pv.Name
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(framework.Context(t, 30*time.Second), claim, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create PVC: %v", err)
-	}
+	pv := mountPodClaim(t, ns, "shared")
 
 	// Two business pods on the claim: the writer leaves a file, the reader
 	// copies what it finds; each is ready once its file is there.
-	user := func(prefix, script, readyFile string) *corev1.Pod {
+	user := func(prefix, claim, script, readyFile string) *corev1.Pod {
 		p := busyboxPod(prefix, corev1.RestartPolicyAlways, "trap 'exit 0' TERM; "+script+"; sleep 3600 & wait")
 		p.Namespace = ns
 		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
 		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 		p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
 			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-s", readyFile}}}}
 		return p
 	}
 	start := time.Now()
-	writer := createPod(t, user("writer", "echo written-by-$HOSTNAME > /data/from-writer", "/data/from-writer"))
-	reader := createPod(t, user("reader", "until [ -s /data/from-writer ]; do sleep 0.2; done; cp /data/from-writer /data/reader-saw", "/data/reader-saw"))
+	writer := createPod(t, user("writer", "shared", "echo written-by-$HOSTNAME > /data/from-writer", "/data/from-writer"))
+	reader := createPod(t, user("reader", "shared", "until [ -s /data/from-writer ]; do sleep 0.2; done; cp /data/from-writer /data/reader-saw", "/data/reader-saw"))
 	t.Cleanup(func() { dumpOnFailure(t, ns) })
 
 	// The driver made the mount pod, which is not serving yet.
-	var mp corev1.Pod
-	framework.Eventually(t, time.Minute, func() error {
-		list, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: mountPodSelector})
-		if err != nil {
-			return err
-		}
-		if len(list.Items) != 1 {
-			return fmt.Errorf("%d mount pods", len(list.Items))
-		}
-		mp = list.Items[0]
-		return nil
-	})
+	mp := waitMountPod(t, ns, pv.Spec.CSI.VolumeHandle)
 	mountPodSeen := time.Since(start)
 	if mp.Spec.NodeName != harness.NodeName || mp.Annotations[mountpod.AnnotationHandle] != pv.Spec.CSI.VolumeHandle {
 		t.Errorf("mount pod %s on node %q for volume %q", mp.Name, mp.Spec.NodeName, mp.Annotations[mountpod.AnnotationHandle])
@@ -245,6 +212,21 @@ func TestCSIMountPod(t *testing.T) {
 		}
 	}
 
+	// A pod deleted while its publish waits takes its mount pod along: the
+	// agent gives up the call and unpublishes what it began, and the driver
+	// deletes a mount pod that has no user.
+	quitPV := mountPodClaim(t, ns, "quit")
+	quitter := createPod(t, user("quitter", "quit", "true", "/data/never"))
+	quitMP := waitMountPod(t, ns, quitPV.Spec.CSI.VolumeHandle)
+	deletePodAndWait(t, quitter)
+	framework.Eventually(t, time.Minute, func() error {
+		if got, err := cs.CoreV1().Pods(ns).Get(context.Background(), quitMP.Name, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("mount pod %s of the deleted pod is still there (phase %s, users %q)", got.Name, got.Status.Phase, mountpod.Users(got))
+		}
+		return nil
+	})
+	quitterGone := time.Since(start)
+
 	writer = waitPod(t, writer, 2*time.Minute, runningAndReady)
 	reader = waitPod(t, reader, 2*time.Minute, runningAndReady)
 	usersUp := time.Since(start)
@@ -258,8 +240,9 @@ func TestCSIMountPod(t *testing.T) {
 			mountPodReady = c.LastTransitionTime.Sub(start).Round(time.Second).String()
 		}
 	}
-	t.Logf("mount pod seen after %v, bystander running after %v, mount pod Ready at %s, both users running after %v",
-		mountPodSeen.Round(100*time.Millisecond), bystanderUp.Round(100*time.Millisecond), mountPodReady, usersUp.Round(100*time.Millisecond))
+	t.Logf("mount pod seen after %v, bystander running after %v, the quitter and its mount pod gone after %v, mount pod Ready at %s, both users running after %v",
+		mountPodSeen.Round(100*time.Millisecond), bystanderUp.Round(100*time.Millisecond), quitterGone.Round(100*time.Millisecond),
+		mountPodReady, usersUp.Round(100*time.Millisecond))
 	if bystanderUp >= usersUp {
 		t.Errorf("the bystander ran after the business pods (%v, %v)", bystanderUp, usersUp)
 	}
@@ -327,6 +310,63 @@ func TestCSIMountPod(t *testing.T) {
 	if entries, _ := os.ReadDir(stateDir); len(entries) > 0 {
 		t.Errorf("volume directories left in %s: %d", stateDir, len(entries))
 	}
+}
+
+// mountPodClaim makes a PersistentVolume of the mount-pod driver, with a
+// handle of its own, and a ReadWriteMany claim in ns bound to it.
+func mountPodClaim(t *testing.T, ns, name string) *corev1.PersistentVolume {
+	t.Helper()
+	cs := framework.Client(t)
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: claimSpec()}
+	claim.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "mountpod-pv-"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: name},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: mountPodDriver, VolumeHandle: name + "-" + ns}},
+		},
+	}
+	pv, err := cs.CoreV1().PersistentVolumes().Create(framework.Context(t, 30*time.Second), pv, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create PV: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
+	claim.Spec.VolumeName = pv.Name
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(framework.Context(t, 30*time.Second), claim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PVC: %v", err)
+	}
+	return pv
+}
+
+// waitMountPod waits until the driver has made the mount pod of the volume
+// handle in ns, and returns it.
+func waitMountPod(t *testing.T, ns, handle string) corev1.Pod {
+	t.Helper()
+	var mp corev1.Pod
+	framework.Eventually(t, time.Minute, func() error {
+		list, err := framework.Client(t).CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: mountPodSelector})
+		if err != nil {
+			return err
+		}
+		var found []corev1.Pod
+		for _, p := range list.Items {
+			if p.Annotations[mountpod.AnnotationHandle] == handle {
+				found = append(found, p)
+			}
+		}
+		if len(found) != 1 {
+			return fmt.Errorf("%d mount pods for volume %s", len(found), handle)
+		}
+		mp = found[0]
+		return nil
+	})
+	return mp
 }
 
 // dumpOnFailure logs, when the test failed, what explains it: the pods of
