@@ -189,12 +189,14 @@ func waitDriverRegistered(t *testing.T, driver string) {
 	})
 }
 
-// waitCSIVolumesGone waits until no pod directory holds a CSI volume and no
-// global CSI directory is left: every volume unpublished and unstaged.
+// waitCSIVolumesGone waits until no pod directory holds a volume of driver
+// and no global directory of driver (nor a block volume's) is left: every
+// volume unpublished and unstaged. Other drivers' volumes, of tests running
+// alongside, do not count.
 func waitCSIVolumesGone(t *testing.T, root, driver string) {
 	t.Helper()
 	framework.Eventually(t, 2*time.Minute, func() error {
-		left, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*"))
+		left := csiVolumeDirs(root, driver)
 		staged, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", driver, "*"))
 		devices, _ := filepath.Glob(filepath.Join(root, "plugins", "kubernetes.io", "csi", "volumeDevices", "*", "*"))
 		staged = append(staged, devices...)
@@ -203,6 +205,24 @@ func waitCSIVolumesGone(t *testing.T, root, driver string) {
 		}
 		return nil
 	})
+}
+
+// csiVolumeDirs lists the pods' CSI volume directories whose vol_data.json
+// names driver, and those without a readable one (half made or half torn
+// down: they may be anyone's).
+func csiVolumeDirs(root, driver string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(root, "pods", "*", "volumes", "kubernetes.io~csi", "*"))
+	var out []string
+	for _, d := range dirs {
+		var data struct {
+			DriverName string `json:"driverName"`
+		}
+		b, err := os.ReadFile(filepath.Join(d, "vol_data.json"))
+		if err != nil || json.Unmarshal(b, &data) != nil || data.DriverName == driver {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // mountsUnder lists the mount points at or below dir in this machine's

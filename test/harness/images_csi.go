@@ -9,19 +9,22 @@ import (
 )
 
 // The project's CSI test images, pushed to the local registry by the harness and never
-// pulled ahead: the hostpath driver of test/csi/hostpath, over busybox so that tests can
-// exec into it, and the registrar of test/csi/registrar on its own.
+// pulled ahead: the hostpath driver of test/csi/hostpath and the mount-pod driver of
+// test/csi/mountpod, over busybox so that tests can exec into them, and the registrar of
+// test/csi/registrar on its own.
 var (
 	CSIHostpathImage  = RegistryAddr + "/" + csiHostpathPath
+	CSIMountPodImage  = RegistryAddr + "/" + csiMountPodPath
 	CSIRegistrarImage = RegistryAddr + "/" + csiRegistrarPath
 )
 
 const (
 	csiHostpathPath  = "nodeagent/csi-hostpath:dev"
+	csiMountPodPath  = "nodeagent/csi-mountpod:dev"
 	csiRegistrarPath = "nodeagent/csi-registrar:dev"
 )
 
-// buildCSIImages compiles the driver and the registrar statically, in one go build, and
+// buildCSIImages compiles the drivers and the registrar statically, in one go build, and
 // makes their images; bbLayer is the busybox root file system.
 func (c *Config) buildCSIImages(ctx context.Context, bbLayer v1.Layer) (map[string]v1.Image, error) {
 	out := c.path("images", "csi")
@@ -29,7 +32,7 @@ func (c *Config) buildCSIImages(ctx context.Context, bbLayer v1.Layer) (map[stri
 		return nil, err
 	}
 	if err := c.goCmd(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-ldflags", "-s -w", "-o", out+"/",
-		"./test/images/csi-hostpath", "./test/images/csi-registrar"); err != nil {
+		"./test/images/csi-hostpath", "./test/images/csi-mountpod", "./test/images/csi-registrar"); err != nil {
 		return nil, err
 	}
 	single := func(bin string, under ...v1.Layer) (v1.Image, error) {
@@ -47,9 +50,13 @@ func (c *Config) buildCSIImages(ctx context.Context, bbLayer v1.Layer) (map[stri
 	if err != nil {
 		return nil, err
 	}
+	mountPod, err := single("csi-mountpod", bbLayer)
+	if err != nil {
+		return nil, err
+	}
 	registrar, err := single("csi-registrar")
 	if err != nil {
 		return nil, err
 	}
-	return map[string]v1.Image{csiHostpathPath: hostpath, csiRegistrarPath: registrar}, nil
+	return map[string]v1.Image{csiHostpathPath: hostpath, csiMountPodPath: mountPod, csiRegistrarPath: registrar}, nil
 }
