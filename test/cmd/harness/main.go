@@ -3,7 +3,7 @@
 //	harness up     tear down any earlier run, then bring up a fresh cluster
 //	harness down   stop everything and remove what the harness made
 //	harness env    print the shell lines to use the running cluster
-//	harness build  build (or find cached) the upstream binaries and containerd
+//	harness build  build (or find cached) the upstream binaries, the CSI sidecars and containerd
 //	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo)
 //	                           and upstream busybox for its images
 //
@@ -56,6 +56,9 @@ func run(ctx context.Context, cmd string) error {
 			return err
 		}
 		if _, err := cfg.EnsureUpstream(ctx); err != nil {
+			return err
+		}
+		if _, err := cfg.EnsureCSISidecars(ctx); err != nil {
 			return err
 		}
 		if cfg.Runtime == harness.RuntimeContainerd {
