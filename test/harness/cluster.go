@@ -73,6 +73,12 @@ func Up(ctx context.Context, cfg *Config) error {
 		{"images pulled", cfg.pullImages},
 		{"node agent (" + cfg.Agent + ")", func(ctx context.Context) error { return cfg.startAgent(ctx, bin) }},
 	}
+	if cfg.CSIHostpath {
+		more = append(more, struct {
+			name string
+			do   func(context.Context) error
+		}{"CSI hostpath driver", cfg.deployCSIHostpath})
+	}
 	for _, s := range more {
 		if err := cfg.step(ctx, s.name, s.do); err != nil {
 			return err

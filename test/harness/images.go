@@ -231,7 +231,8 @@ func agnhostConfig(cmd []string) v1.Config {
 }
 
 // pushImages builds pause, busybox and agnhost and pushes them to the local registry under
-// the paths their public names map to, and the project's CSI images under nodeagent/.
+// the paths their public names map to, the project's CSI images under nodeagent/, and the
+// CSI sidecars under sig-storage/ when the cluster gets the hostpath driver.
 func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	b, err := c.buildBaseImages(ctx, upstreamBin)
 	if err != nil {
@@ -250,6 +251,15 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	}
 	for path, img := range csi {
 		pushes[path] = img
+	}
+	if c.CSIHostpath {
+		sidecars, err := c.csiSidecarImages(ctx)
+		if err != nil {
+			return err
+		}
+		for path, img := range sidecars {
+			pushes[path] = img
+		}
 	}
 	for path, img := range pushes {
 		if err := pushImage(ctx, RegistryAddr+"/"+path, img); err != nil {

@@ -8,7 +8,8 @@
 //	                           and upstream busybox for its images
 //
 // Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
-// NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none).
+// NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none),
+// NODEAGENT_CSI_HOSTPATH=0 for a cluster without the hostpath CSI driver.
 package main
 
 import (
@@ -35,7 +36,8 @@ func main() {
 }
 
 func run(ctx context.Context, cmd string) error {
-	cfg := &harness.Config{}
+	// The user's cluster has a CSI driver and a default StorageClass, unless asked not to.
+	cfg := &harness.Config{CSIHostpath: os.Getenv("NODEAGENT_CSI_HOSTPATH") != "0"}
 	switch cmd {
 	case "up":
 		if err := harness.Up(ctx, cfg); err != nil {
