@@ -425,6 +425,13 @@ func (p *csiPlugin) waitAttached(ctx context.Context, name string, cv *csiVolume
 	if err != nil {
 		return nil, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
 	}
+	// The attach/detach controller deletes an attachment to detach it; until the
+	// driver's attacher has let it go, status.attached may still say true. The kubelet
+	// is kept from using it by node.status.volumesAttached, which the controller
+	// clears before it detaches.
+	if va.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("volume %s (driver %s) is being detached: VolumeAttachment %s is being deleted", cv.handle, cv.driver, name)
+	}
 	if !va.Status.Attached {
 		if e := va.Status.AttachError; e != nil {
 			return nil, fmt.Errorf("volume attachment %s failed: %s", name, e.Message)

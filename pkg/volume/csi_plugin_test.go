@@ -230,6 +230,21 @@ func TestCSIVolumeFailures(t *testing.T) {
 			t.Fatalf("volumes in use after teardown = %v", got)
 		}
 	})
+	t.Run("attachment being detached", func(t *testing.T) {
+		pvc, pv := boundClaim("claim", "pv-1")
+		f := newCSIFixture(t, true, pvc, pv)
+		now := metav1.Now()
+		va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachmentName("handle-pv-1", testDriver, "node-a"),
+			DeletionTimestamp: &now, Finalizers: []string{"external-attacher/fake-csi-dev"}},
+			Status: storagev1.VolumeAttachmentStatus{Attached: true}}
+		if _, err := f.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim"))
+		if err == nil || !strings.Contains(err.Error(), "is being detached") || len(f.driver.Calls()) != 0 {
+			t.Fatalf("err = %v, calls %v", err, f.driver.Calls())
+		}
+	})
 	t.Run("publish fails then succeeds", func(t *testing.T) {
 		pvc, pv := boundClaim("claim", "pv-1")
 		f := newCSIFixture(t, true, pvc, pv, csiDriverObject(false, false))
