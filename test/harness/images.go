@@ -261,10 +261,17 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 			pushes[path] = img
 		}
 	}
+	// All at once: shared layers go up once, and the sidecars' large ones beside the rest.
+	todo := map[name.Reference]remote.Taggable{}
 	for path, img := range pushes {
-		if err := pushImage(ctx, RegistryAddr+"/"+path, img); err != nil {
+		ref, err := name.ParseReference(RegistryAddr+"/"+path, name.Insecure)
+		if err != nil {
 			return err
 		}
+		todo[ref] = img
+	}
+	if err := remote.MultiWrite(todo, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("push images to %s: %w", RegistryAddr, err)
 	}
 	return nil
 }
