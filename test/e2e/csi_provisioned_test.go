@@ -135,6 +135,9 @@ func TestCSIProvisionedVolume(t *testing.T) {
 	if m := mountInfo(t, target); m == "" {
 		t.Errorf("the writer's volume is not mounted at %s", target)
 	}
+	// What the pod went through, for the log: the agent's FailedMount while the volume
+	// was not attached yet, if it got there first.
+	t.Logf("the writer's events:\n%s", eventSummary(podEvents(t, writer)))
 	deletePodAndWait(t, writer)
 
 	reader := createPod(t, withClaim(reportPod(ns, "reader", "cat /data/file > /dev/termination-log")))
