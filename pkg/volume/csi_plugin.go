@@ -419,7 +419,10 @@ func fsGroupApplies(policy storagev1.FSGroupPolicy, cv *csiVolume) bool {
 // attached; until then the volume fails and the pod's pass is retried.
 func (p *csiPlugin) waitAttached(ctx context.Context, name string, cv *csiVolume) (map[string]string, error) {
 	va, err := p.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	// The Node authorizer lets a node read only the attachments that name it: one not
+	// made yet is forbidden, not missing. (The kubelet never asks that early: it waits
+	// for the volume in node.status.volumesAttached first.)
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("volume %s (driver %s) is not attached yet: VolumeAttachment %s does not exist", cv.handle, cv.driver, name)
 	}
 	if err != nil {

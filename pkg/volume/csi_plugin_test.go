@@ -14,10 +14,12 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi/csitest"
@@ -228,6 +230,19 @@ func TestCSIVolumeFailures(t *testing.T) {
 		}
 		if got := f.mgr.VolumesInUse(); len(got) != 0 {
 			t.Fatalf("volumes in use after teardown = %v", got)
+		}
+	})
+	t.Run("attachment not made yet, as the Node authorizer says it", func(t *testing.T) {
+		pvc, pv := boundClaim("claim", "pv-1")
+		f := newCSIFixture(t, true, pvc, pv)
+		f.client.PrependReactor("get", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			name := action.(clienttesting.GetAction).GetName()
+			return true, nil, apierrors.NewForbidden(storagev1.Resource("volumeattachments"), name,
+				errors.New("no relationship found between node 'node-a' and this object"))
+		})
+		_, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim"))
+		if err == nil || !strings.Contains(err.Error(), "is not attached yet") || len(f.driver.Calls()) != 0 {
+			t.Fatalf("err = %v, calls %v", err, f.driver.Calls())
 		}
 	})
 	t.Run("attachment being detached", func(t *testing.T) {
