@@ -136,8 +136,13 @@ func TestCSIProvisionedVolume(t *testing.T) {
 		t.Errorf("the writer's volume is not mounted at %s", target)
 	}
 	// What the pod went through, for the log: the agent's FailedMount while the volume
-	// was not attached yet, if it got there first.
-	t.Logf("the writer's events:\n%s", eventSummary(podEvents(t, writer)))
+	// was not attached yet, if it got there first. That one says so, not that the Node
+	// authorizer refused to show an attachment not made yet.
+	ev := podEvents(t, writer)
+	t.Logf("the writer's events:\n%s", eventSummary(ev))
+	if hasEvent(ev, "FailedMount", "forbidden") {
+		t.Errorf("a FailedMount event tells of a forbidden request")
+	}
 	deletePodAndWait(t, writer)
 
 	reader := createPod(t, withClaim(reportPod(ns, "reader", "cat /data/file > /dev/termination-log")))
