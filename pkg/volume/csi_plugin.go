@@ -587,11 +587,21 @@ func fsGroupApplies(policy storagev1.FSGroupPolicy, cv *csiVolume) bool {
 // attached; until then the volume fails and the pod's pass is retried.
 func (p *csiPlugin) waitAttached(ctx context.Context, name string, cv *csiVolume) (map[string]string, error) {
 	va, err := p.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	// The Node authorizer lets a node read only the attachments that name it: one not
+	// made yet is forbidden, not missing. (The kubelet never asks that early: it waits
+	// for the volume in node.status.volumesAttached first.)
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("volume %s (driver %s) is not attached yet: VolumeAttachment %s does not exist", cv.handle, cv.driver, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
+	}
+	// The attach/detach controller deletes an attachment to detach it; until the
+	// driver's attacher has let it go, status.attached may still say true. The kubelet
+	// is kept from using it by node.status.volumesAttached, which the controller
+	// clears before it detaches.
+	if va.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("volume %s (driver %s) is being detached: VolumeAttachment %s is being deleted", cv.handle, cv.driver, name)
 	}
 	if !va.Status.Attached {
 		if e := va.Status.AttachError; e != nil {

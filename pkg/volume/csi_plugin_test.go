@@ -16,10 +16,12 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
@@ -232,6 +234,34 @@ func TestCSIVolumeFailures(t *testing.T) {
 		}
 		if got := f.mgr.VolumesInUse(); len(got) != 0 {
 			t.Fatalf("volumes in use after teardown = %v", got)
+		}
+	})
+	t.Run("attachment not made yet, as the Node authorizer says it", func(t *testing.T) {
+		pvc, pv := boundClaim("claim", "pv-1")
+		f := newCSIFixture(t, true, pvc, pv)
+		f.client.PrependReactor("get", "volumeattachments", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			name := action.(clienttesting.GetAction).GetName()
+			return true, nil, apierrors.NewForbidden(storagev1.Resource("volumeattachments"), name,
+				errors.New("no relationship found between node 'node-a' and this object"))
+		})
+		_, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim"))
+		if err == nil || !strings.Contains(err.Error(), "is not attached yet") || len(f.driver.Calls()) != 0 {
+			t.Fatalf("err = %v, calls %v", err, f.driver.Calls())
+		}
+	})
+	t.Run("attachment being detached", func(t *testing.T) {
+		pvc, pv := boundClaim("claim", "pv-1")
+		f := newCSIFixture(t, true, pvc, pv)
+		now := metav1.Now()
+		va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachmentName("handle-pv-1", testDriver, "node-a"),
+			DeletionTimestamp: &now, Finalizers: []string{"external-attacher/fake-csi-dev"}},
+			Status: storagev1.VolumeAttachmentStatus{Attached: true}}
+		if _, err := f.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim"))
+		if err == nil || !strings.Contains(err.Error(), "is being detached") || len(f.driver.Calls()) != 0 {
+			t.Fatalf("err = %v, calls %v", err, f.driver.Calls())
 		}
 	})
 	t.Run("publish fails then succeeds", func(t *testing.T) {

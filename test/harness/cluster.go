@@ -73,6 +73,12 @@ func Up(ctx context.Context, cfg *Config) error {
 		{"images pulled", cfg.pullImages},
 		{"node agent (" + cfg.Agent + ")", func(ctx context.Context) error { return cfg.startAgent(ctx, bin) }},
 	}
+	if cfg.CSIHostpath {
+		more = append(more, struct {
+			name string
+			do   func(context.Context) error
+		}{"CSI hostpath driver", cfg.deployCSIHostpath})
+	}
 	for _, s := range more {
 		if err := cfg.step(ctx, s.name, s.do); err != nil {
 			return err
@@ -99,7 +105,8 @@ func (c *Config) step(ctx context.Context, name string, do func(context.Context)
 }
 
 // Down stops everything the harness started and removes what it made: pods' sandboxes and
-// containers, processes (by pid file), mounts under the run dir, pod cgroups, the network
+// containers, processes (by pid file), mounts under the run dir, loop devices of files
+// there, pod cgroups, the network
 // pieces and the run dir's state. The logs and conformance results stay in the run dir. It is safe to run on a
 // clean machine, twice, or after a crash.
 func Down(ctx context.Context, cfg *Config) error {
@@ -123,6 +130,9 @@ func Down(ctx context.Context, cfg *Config) error {
 	keep(cfg.killStaleContainers(ctx))
 	unmountErr := cfg.unmountAll()
 	keep(unmountErr)
+	if unmountErr == nil {
+		keep(detachLoopDevices(cfg.RunDir))
+	}
 	keep(cfg.removeCgroups())
 	keep(cfg.teardownNetwork(ctx))
 	entries, _ := os.ReadDir(cfg.RunDir)

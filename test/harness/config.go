@@ -89,6 +89,13 @@ type Config struct {
 	// long the certificates it issues live, short to see rotations in a test (env
 	// NODEAGENT_CERT_DURATION, a Go duration such as 2m).
 	CertDuration time.Duration
+	// CSIHostpath deploys the project's hostpath CSI driver once the node is Ready, as
+	// users deploy a CSI driver (deploy/csi-hostpath): its node plugin, external-provisioner
+	// and external-attacher beside it, its CSIDriver and the default StorageClass
+	// nodeagent-csi. The sidecars are built from the module proxy the first time. `harness
+	// up` and the main e2e suite turn it on; other clusters (benchmarks, conformance, the
+	// TLS suite) run without it unless NODEAGENT_CSI_HOSTPATH=1. Needs a node agent.
+	CSIHostpath bool
 	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
 	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
 	// sh behaves as the one in upstream's e2e images.
@@ -127,6 +134,12 @@ func (c *Config) Complete() error {
 	}
 	if !c.TLSBootstrap {
 		c.TLSBootstrap = os.Getenv("NODEAGENT_TLS_BOOTSTRAP") == "1"
+	}
+	if !c.CSIHostpath {
+		c.CSIHostpath = os.Getenv("NODEAGENT_CSI_HOSTPATH") == "1"
+	}
+	if c.CSIHostpath && c.Agent == AgentNone {
+		c.CSIHostpath = false // nowhere to run the driver
 	}
 	if v := os.Getenv("NODEAGENT_CERT_DURATION"); c.CertDuration == 0 && v != "" {
 		d, err := time.ParseDuration(v)

@@ -231,7 +231,8 @@ func agnhostConfig(cmd []string) v1.Config {
 }
 
 // pushImages builds pause, busybox and agnhost and pushes them to the local registry under
-// the paths their public names map to, and the project's CSI images under nodeagent/.
+// the paths their public names map to, the project's CSI images under nodeagent/, and the
+// CSI sidecars under sig-storage/ when the cluster gets the hostpath driver.
 func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	b, err := c.buildBaseImages(ctx, upstreamBin)
 	if err != nil {
@@ -251,10 +252,26 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	for path, img := range csi {
 		pushes[path] = img
 	}
-	for path, img := range pushes {
-		if err := pushImage(ctx, RegistryAddr+"/"+path, img); err != nil {
+	if c.CSIHostpath {
+		sidecars, err := c.csiSidecarImages(ctx)
+		if err != nil {
 			return err
 		}
+		for path, img := range sidecars {
+			pushes[path] = img
+		}
+	}
+	// All at once: shared layers go up once, and the sidecars' large ones beside the rest.
+	todo := map[name.Reference]remote.Taggable{}
+	for path, img := range pushes {
+		ref, err := name.ParseReference(RegistryAddr+"/"+path, name.Insecure)
+		if err != nil {
+			return err
+		}
+		todo[ref] = img
+	}
+	if err := remote.MultiWrite(todo, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("push images to %s: %w", RegistryAddr, err)
 	}
 	return nil
 }

@@ -2,10 +2,12 @@ package harness
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // The project's CSI test images, pushed to the local registry by the harness and never
@@ -59,4 +61,66 @@ func (c *Config) buildCSIImages(ctx context.Context, bbLayer v1.Layer) (map[stri
 		return nil, err
 	}
 	return map[string]v1.Image{csiHostpathPath: hostpath, csiMountPodPath: mountPod, csiRegistrarPath: registrar}, nil
+}
+
+// csiSidecarImages builds (or finds cached) the CSI sidecars and makes an image of each: the
+// static binary alone, as upstream's images are made FROM a distroless base. A binary's
+// layer is compressed once and kept beside it in the cache, so that a cached make up only
+// copies it to the registry.
+func (c *Config) csiSidecarImages(ctx context.Context) (map[string]v1.Image, error) {
+	bins, err := c.EnsureCSISidecars(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]v1.Image{}
+	for path, bin := range bins {
+		l, err := cachedBinaryLayer(bin)
+		if err != nil {
+			return nil, err
+		}
+		img, err := imageOf(v1.Config{Entrypoint: []string{"/" + filepath.Base(bin)}, Env: []string{imagePath}}, l)
+		if err != nil {
+			return nil, err
+		}
+		out[path] = img
+	}
+	return out, nil
+}
+
+// cachedBinaryLayer is a layer holding the binary at bin as /<its name>, compressed into
+// <bin>.layer.tar.gz the first time.
+func cachedBinaryLayer(bin string) (v1.Layer, error) {
+	gz := bin + ".layer.tar.gz"
+	if _, err := os.Stat(gz); err == nil {
+		return tarball.LayerFromFile(gz)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	l, err := layerOf([]tarFile{{name: filepath.Base(bin), mode: 0o755, data: data}})
+	if err != nil {
+		return nil, err
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	tmp := gz + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.Copy(f, rc); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, gz); err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromFile(gz)
 }

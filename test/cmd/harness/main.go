@@ -3,12 +3,13 @@
 //	harness up     tear down any earlier run, then bring up a fresh cluster
 //	harness down   stop everything and remove what the harness made
 //	harness env    print the shell lines to use the running cluster
-//	harness build  build (or find cached) the upstream binaries and containerd
+//	harness build  build (or find cached) the upstream binaries, the CSI sidecars and containerd
 //	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo)
 //	                           and upstream busybox for its images
 //
 // Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
-// NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none).
+// NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none),
+// NODEAGENT_CSI_HOSTPATH=0 for a cluster without the hostpath CSI driver.
 package main
 
 import (
@@ -35,7 +36,8 @@ func main() {
 }
 
 func run(ctx context.Context, cmd string) error {
-	cfg := &harness.Config{}
+	// The user's cluster has a CSI driver and a default StorageClass, unless asked not to.
+	cfg := &harness.Config{CSIHostpath: os.Getenv("NODEAGENT_CSI_HOSTPATH") != "0"}
 	switch cmd {
 	case "up":
 		if err := harness.Up(ctx, cfg); err != nil {
@@ -56,6 +58,9 @@ func run(ctx context.Context, cmd string) error {
 			return err
 		}
 		if _, err := cfg.EnsureUpstream(ctx); err != nil {
+			return err
+		}
+		if _, err := cfg.EnsureCSISidecars(ctx); err != nil {
 			return err
 		}
 		if cfg.Runtime == harness.RuntimeContainerd {

@@ -30,7 +30,8 @@ func Main(m *testing.M) {
 func mainCode(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	cfg := &harness.Config{}
+	// The suite's cluster is the user's: with the hostpath CSI driver of make up.
+	cfg := &harness.Config{CSIHostpath: true}
 	if err := harness.Up(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the harness cluster did not come up: %v\n", err)
 		if derr := harness.Down(ctx, cfg); derr != nil {

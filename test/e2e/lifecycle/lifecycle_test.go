@@ -8,12 +8,15 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -24,7 +27,9 @@ import (
 func TestKillRecoverAndTeardownLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	cfg := &harness.Config{}
+	// With the hostpath CSI driver of make up: its bidirectional mounts, its volumes'
+	// stagings and publications and its data dir must go with the rest.
+	cfg := &harness.Config{CSIHostpath: true}
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +71,57 @@ func TestKillRecoverAndTeardownLeavesNothing(t *testing.T) {
 	}
 	assertWorks(ctx, t, cfg)
 	runSandbox(ctx, t, cfg, "after-recovery")
+	runCSIVolumePod(ctx, t, cfg)
 
 	downAndAssertClean(ctx, t, cfg, before)
+	if _, err := os.Stat(cfg.CSIHostpathDataDir()); !os.IsNotExist(err) {
+		t.Errorf("the CSI driver's data dir %s is still there (%v)", cfg.CSIHostpathDataDir(), err)
+	}
+}
+
+// runCSIVolumePod leaves a pod running with a volume of the default StorageClass: staged,
+// published, attached, with its data in the driver's data dir.
+func runCSIVolumePod(ctx context.Context, t *testing.T, cfg *harness.Config) {
+	t.Helper()
+	cs, err := cfg.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-data", Namespace: "default"},
+		Spec: corev1.PersistentVolumeClaimSpec{ // no class: the default one
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+		},
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PVC: %v", err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-csi", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "sleeper", Image: harness.BusyboxImage, Command: []string{"sleep", "3600"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	framework.Eventually(t, 3*time.Minute, func() error {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("pod %s: %s", pod.Name, p.Status.Phase)
+		}
+		return nil
+	})
+	if m := harness.MountsUnder(filepath.Join(cfg.AgentRootDir(), "plugins", "kubernetes.io", "csi", harness.CSIHostpathDriver)); len(m) == 0 {
+		t.Fatalf("no staging mount of %s under the agent's root dir", harness.CSIHostpathDriver)
+	}
 }
 
 // downAndAssertClean tears the cluster down and fails if anything of it is left on the
