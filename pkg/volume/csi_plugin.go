@@ -367,22 +367,26 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		return mnt, nil // published by an earlier pass
 	}
 
-	var publishContext map[string]string
 	attachID := ""
 	if pol.attachRequired && !cv.ephemeral {
 		attachID = attachmentName(cv.handle, cv.driver, p.nodeName)
-		if publishContext, err = p.waitAttached(ctx, attachID, cv); err != nil {
-			return Mount{}, err
-		}
 	}
-	capability := &csipb.VolumeCapability{
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: cv.fsType, MountFlags: cv.mountOptions}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: cv.accessMode},
+	// The volume is recorded before anything is asked of anyone: from now
+	// on the Node reports it in use (volumesInUse, read from these records)
+	// so it is never detached under a mount, and a pass cut short leaves
+	// enough for the teardown to undo what the driver may have done. The
+	// driver creates the target itself; the kubelet makes its parent.
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return Mount{}, fmt.Errorf("create volume directory: %w", err)
 	}
-	if cv.block {
-		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return Mount{}, fmt.Errorf("create volume directory: %w", err)
 	}
-
+	data := volData{SpecVolID: cv.dirName, VolumeHandle: cv.handle, DriverName: cv.driver, NodeName: p.nodeName,
+		AttachmentID: attachID, VolumeLifecycleMode: string(mode), Block: cv.block}
+	if err := writeVolData(dir, data); err != nil {
+		return Mount{}, err
+	}
 	if staging != "" {
 		gdir := p.stagingDir(cv.driver, cv.handle)
 		if cv.block {
@@ -397,25 +401,27 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		if err := writeVolData(gdir, volData{VolumeHandle: cv.handle, DriverName: cv.driver, AttachmentID: attachID}); err != nil {
 			return Mount{}, err
 		}
+	}
+	var publishContext map[string]string
+	if attachID != "" {
+		if publishContext, err = p.waitAttached(ctx, attachID, cv); err != nil {
+			return Mount{}, err
+		}
+	}
+
+	capability := &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: cv.fsType, MountFlags: cv.mountOptions}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: cv.accessMode},
+	}
+	if cv.block {
+		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+	}
+	if staging != "" {
 		if err := p.stage(ctx, driver, cv, staging, publishContext, capability); err != nil {
 			return Mount{}, err
 		}
 	}
 
-	// The driver creates the target itself; the kubelet makes its parent
-	// and records the volume there first, so that a pass cut short still
-	// leaves enough for the teardown to unpublish.
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return Mount{}, fmt.Errorf("create volume directory: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
-		return Mount{}, fmt.Errorf("create volume directory: %w", err)
-	}
-	data := volData{SpecVolID: cv.dirName, VolumeHandle: cv.handle, DriverName: cv.driver, NodeName: p.nodeName,
-		AttachmentID: attachID, VolumeLifecycleMode: string(mode), Block: cv.block}
-	if err := writeVolData(dir, data); err != nil {
-		return Mount{}, err
-	}
 	volCtx := map[string]string{}
 	for k, v := range cv.attributes {
 		volCtx[k] = v

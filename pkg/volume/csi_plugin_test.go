@@ -211,6 +211,11 @@ func TestCSIVolumeFailures(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "is not attached yet") || len(f.driver.Calls()) != 0 {
 			t.Fatalf("err = %v, calls %v", err, f.driver.Calls())
 		}
+		// Reported in use while it waits, as the kubelet reports what it
+		// is about to mount: never detached under a mount.
+		if got := f.mgr.VolumesInUse(); !slices.Equal(got, []v1.UniqueVolumeName{"kubernetes.io/csi/fake.csi.dev^handle-pv-1"}) {
+			t.Fatalf("volumes in use while waiting for the attachment = %v", got)
+		}
 		va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachmentName("handle-pv-1", testDriver, "node-a")},
 			Status: storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"dev": "/dev/x"}}}
 		if _, err := f.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
@@ -247,6 +252,11 @@ func TestCSIVolumeFailures(t *testing.T) {
 		_, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim"))
 		if err == nil || !strings.Contains(err.Error(), "is not attached yet") || len(f.driver.Calls()) != 0 {
 			t.Fatalf("err = %v, calls %v", err, f.driver.Calls())
+		}
+		// Reported in use while it waits, as the kubelet reports what it
+		// is about to mount: never detached under a mount.
+		if got := f.mgr.VolumesInUse(); !slices.Equal(got, []v1.UniqueVolumeName{"kubernetes.io/csi/fake.csi.dev^handle-pv-1"}) {
+			t.Fatalf("volumes in use while waiting for the attachment = %v", got)
 		}
 	})
 	t.Run("attachment being detached", func(t *testing.T) {
