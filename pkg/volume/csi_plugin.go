@@ -30,10 +30,6 @@ import (
 
 const csiPluginName = "kubernetes.io/csi"
 
-// callTimeout bounds each call to a driver, as the kubelet's csiTimeout:
-// a driver that hangs fails the pass, which is retried.
-const callTimeout = 2 * time.Minute
-
 // nodeCallContext is the context of a call that changes a volume's state
 // on the node (stage, publish and their undoing): it is not cancelled with
 // the pod's pass, because CSI allows one call in flight per volume and a
@@ -41,7 +37,7 @@ const callTimeout = 2 * time.Minute
 // NodePublishVolume is torn down once the call has returned (or timed out),
 // never beside it.
 func nodeCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), csi.CallTimeout)
 }
 
 // Keys the kubelet adds to a volume's context for drivers whose CSIDriver
@@ -557,7 +553,7 @@ func (p *csiPlugin) volumeDir(uid types.UID, volName string) (PodVolumeDir, bool
 
 func volumeStats(ctx context.Context, driver *csi.Driver, v publishedVolume) (VolumeUsage, error) {
 	var u VolumeUsage
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, csi.CallTimeout)
 	defer cancel()
 	resp, err := driver.Node().NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{
 		VolumeId: v.handle, VolumePath: v.target, StagingTargetPath: v.staging})

@@ -21,9 +21,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// callTimeout bounds every CSI call, as the kubelet's csiTimeout does: a
+// CallTimeout bounds every CSI call, as the kubelet's csiTimeout does: a
 // driver that hangs fails the pass, which is retried with back-off.
-const callTimeout = 2 * time.Minute
+const CallTimeout = 2 * time.Minute
 
 // Driver is one registered CSI driver as the node sees it.
 type Driver struct {
@@ -63,7 +63,7 @@ func dialDriver(ctx context.Context, name, endpoint string) (*Driver, error) {
 		return nil, fmt.Errorf("connect to CSI driver %s at %s: %w", name, endpoint, err)
 	}
 	d := &Driver{Name: name, Endpoint: endpoint, conn: conn, node: csipb.NewNodeClient(conn)}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	info, err := d.node.NodeGetInfo(ctx, &csipb.NodeGetInfoRequest{})
 	if err != nil {
