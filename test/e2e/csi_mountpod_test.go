@@ -213,8 +213,9 @@ func TestCSIMountPod(t *testing.T) {
 	}
 
 	// A pod deleted while its publish waits takes its mount pod along: the
-	// agent gives up the call and unpublishes what it began, and the driver
-	// deletes a mount pod that has no user.
+	// agent lets the call in flight return (CSI allows one per volume; here
+	// the driver's ready timeout ends it), then unpublishes what it began,
+	// and the driver deletes a mount pod that has no user.
 	quitPV := mountPodClaim(t, ns, "quit")
 	quitter := createPod(t, user("quitter", "quit", "true", "/data/never"))
 	quitMP := waitMountPod(t, ns, quitPV.Spec.CSI.VolumeHandle)
