@@ -42,3 +42,7 @@ func (c *Config) lockRunDir() error {
 	runLock.held[path] = f
 	return nil
 }
+
+// Lock takes the run dir's lock for this process now (Up and Down take it anyway): for a
+// test that must read the machine's state while no other harness run changes it.
+func (c *Config) Lock() error { return c.lockRunDir() }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -105,12 +104,11 @@ type Registry struct {
 
 	mu      sync.Mutex
 	drivers map[string]*Driver
-	changed chan struct{} // closed and replaced at every change
 }
 
 // NewRegistry returns an empty registry that publishes through info.
 func NewRegistry(info NodeInfo) *Registry {
-	return &Registry{info: info, drivers: map[string]*Driver{}, changed: make(chan struct{})}
+	return &Registry{info: info, drivers: map[string]*Driver{}}
 }
 
 // ErrNotRegistered is the error of a volume whose driver is not (yet)
@@ -126,26 +124,6 @@ func (r *Registry) Driver(name string) (*Driver, error) {
 		return d, nil
 	}
 	return nil, fmt.Errorf("driver name %s %w", name, ErrNotRegistered)
-}
-
-// Names lists the registered drivers.
-func (r *Registry) Names() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	names := make([]string, 0, len(r.drivers))
-	for n := range r.drivers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// Changed returns a channel closed at the next registration or
-// deregistration: pods waiting for a driver sync again then.
-func (r *Registry) Changed() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.changed
 }
 
 // Register validates a driver that announced itself, connects to it,
@@ -172,8 +150,6 @@ func (r *Registry) Register(ctx context.Context, name, endpoint string, versions
 	r.mu.Lock()
 	old := r.drivers[name]
 	r.drivers[name] = d
-	close(r.changed)
-	r.changed = make(chan struct{})
 	r.mu.Unlock()
 	if old != nil {
 		old.close()
@@ -191,8 +167,6 @@ func (r *Registry) Deregister(ctx context.Context, name, endpoint string) error 
 	d, ok := r.drivers[name]
 	if ok && (endpoint == "" || d.Endpoint == endpoint) {
 		delete(r.drivers, name)
-		close(r.changed)
-		r.changed = make(chan struct{})
 	} else {
 		ok = false
 	}

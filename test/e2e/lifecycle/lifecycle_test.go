@@ -33,6 +33,11 @@ func TestKillRecoverAndTeardownLeavesNothing(t *testing.T) {
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
+	// Another harness run on this machine (a cluster being brought up or down) must not be
+	// read as left behind: hold the lock from the first look.
+	if err := cfg.Lock(); err != nil {
+		t.Fatal(err)
+	}
 	before, err := framework.ReadMachineState(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +221,9 @@ func TestDebianContainerd1_6(t *testing.T) {
 	defer cancel()
 	cfg := &harness.Config{Runtime: harness.RuntimeContainerdDebian}
 	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Lock(); err != nil { // no other harness run changes the machine meanwhile
 		t.Fatal(err)
 	}
 	before, err := framework.ReadMachineState(cfg)

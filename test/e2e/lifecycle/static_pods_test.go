@@ -34,6 +34,9 @@ func TestStaticPodsRunWithoutAPIServer(t *testing.T) {
 	if cfg.Agent != harness.AgentNodeagent {
 		t.Skipf("this test restarts nodeagent without an apiserver; NODEAGENT_AGENT=%s selects another agent", cfg.Agent)
 	}
+	if err := cfg.Lock(); err != nil { // no other harness run changes the machine meanwhile
+		t.Fatal(err)
+	}
 	before, err := framework.ReadMachineState(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -52,6 +52,9 @@ func TestTLSBootstrapAndRotation(t *testing.T) {
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
+	if err := cfg.Lock(); err != nil { // no other harness run changes the machine meanwhile
+		t.Fatal(err)
+	}
 	before, err := framework.ReadMachineState(cfg)
 	if err != nil {
 		t.Fatal(err)
