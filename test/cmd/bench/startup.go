@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -175,55 +174,28 @@ func (tr *tracker) observe(pod *corev1.Pod, now time.Time) {
 	}
 }
 
-// follow watches the bench namespace until ctx ends. The watch is drained at once (a
-// watcher that falls behind is closed by the apiserver), and a closed watch is resumed
-// from the last resource version seen, or from a fresh list when that is too old.
+// follow watches the bench namespace's pods until ctx ends.
 func (tr *tracker) follow(ctx context.Context, cs kubernetes.Interface) error {
 	pods := cs.CoreV1().Pods(benchNamespace)
-	rv := ""
-	for {
-		if rv == "" {
-			list, err := pods.List(ctx, metav1.ListOptions{})
+	l := lister{
+		list: func(ctx context.Context, opts metav1.ListOptions) ([]any, string, error) {
+			list, err := pods.List(ctx, opts)
 			if err != nil {
-				return ignoreCanceled(ctx, err)
+				return nil, "", err
 			}
-			now := time.Now()
+			items := make([]any, len(list.Items))
 			for i := range list.Items {
-				tr.observe(&list.Items[i], now)
+				items[i] = &list.Items[i]
 			}
-			rv = list.ResourceVersion
-		}
-		w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-		if err != nil {
-			return ignoreCanceled(ctx, err)
-		}
-		tr.once.Do(func() { close(tr.established) })
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				rv = "" // expired: list again
-				break
-			}
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			rv = pod.ResourceVersion
-			if ev.Type != watch.Deleted && ev.Type != watch.Bookmark {
-				tr.observe(pod, time.Now())
-			}
-		}
-		w.Stop()
-		if ctx.Err() != nil {
-			return nil
-		}
+			return items, list.ResourceVersion, nil
+		},
+		watch: pods.Watch,
 	}
-}
-
-func ignoreCanceled(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
+	return follow(ctx, l, func(obj any, now time.Time) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			tr.observe(pod, now)
+		}
+	}, func() { tr.once.Do(func() { close(tr.established) }) })
 }
 
 // waitEmpty waits until no pod of the bench namespace exists, in the apiserver or as a
