@@ -193,7 +193,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	if err != nil {
 		return err
 	}
-	reqs, err := countRequests(cfg.AuditLog(), mark, markAudit(cfg.AuditLog()))
+	reqs, byKind, err := countRequests(cfg.AuditLog(), mark, markAudit(cfg.AuditLog()))
 	if err != nil {
 		return err
 	}
@@ -204,6 +204,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	r.RSSAfter = append(r.RSSAfter, rssAfter)
 	r.HWM = append(r.HWM, hwm)
 	r.Requests = append(r.Requests, float64(reqs))
+	r.RequestsBy = append(r.RequestsBy, byKind)
 	r.Available = true
 	return nil
 }

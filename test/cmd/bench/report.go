@@ -28,16 +28,18 @@ func dist(xs []float64) Dist {
 
 // sideResult is everything measured of one side over all rounds.
 type sideResult struct {
-	Rounds    []roundResult `json:"rounds"`
-	RSSIdle   []float64     `json:"rssIdleMiB,omitempty"`
-	RSSPods   []float64     `json:"rssWithPodsMiB,omitempty"`
-	RSSAfter  []float64     `json:"rssAfterDeleteMiB,omitempty"`
-	HWM       []float64     `json:"hwmMiB,omitempty"`
-	CPUPods   []float64     `json:"cpuSecondsWithPods,omitempty"`
-	CPUIdle   []float64     `json:"cpuSecondsIdle,omitempty"`
-	Requests  []float64     `json:"apiserverRequests,omitempty"`
-	Errors    []string      `json:"errors,omitempty"`
-	Available bool          `json:"available"`
+	Rounds   []roundResult `json:"rounds"`
+	RSSIdle  []float64     `json:"rssIdleMiB,omitempty"`
+	RSSPods  []float64     `json:"rssWithPodsMiB,omitempty"`
+	RSSAfter []float64     `json:"rssAfterDeleteMiB,omitempty"`
+	HWM      []float64     `json:"hwmMiB,omitempty"`
+	CPUPods  []float64     `json:"cpuSecondsWithPods,omitempty"`
+	CPUIdle  []float64     `json:"cpuSecondsIdle,omitempty"`
+	Requests []float64     `json:"apiserverRequests,omitempty"`
+	// RequestsBy splits each round's requests by verb and resource.
+	RequestsBy []map[string]int `json:"apiserverRequestsByVerbResource,omitempty"`
+	Errors     []string         `json:"errors,omitempty"`
+	Available  bool             `json:"available"`
 }
 
 // figure is one row of the table: how to read a number out of each round of a side.
