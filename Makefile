@@ -5,6 +5,7 @@
 #   make test    unit tests, the end-to-end suites on one shared cluster, then the conformance smoke run
 #   make build   build bin/nodeagent
 #   make bench   pod startup and footprint, nodeagent side by side with the kubelet (BENCHMARKS.md)
+#   make bench-pvc    the same, each pod with a fresh PVC of the hostpath CSI driver mounted
 #   make bench-micro  testing.B benchmarks of the agent's hot paths
 #   make conformance        the upstream conformance suite against nodeagent (docs/conformance.md)
 #   make conformance-smoke  a few fast conformance specs; fails on any failure
@@ -13,7 +14,7 @@ GO      ?= go
 HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 
-.PHONY: all build up down test unit e2e e2e-tls upstream fmt vet bench bench-micro conformance conformance-smoke
+.PHONY: all build up down test unit e2e e2e-tls upstream fmt vet bench bench-pvc bench-micro conformance conformance-smoke
 
 all: build
 
@@ -58,6 +59,11 @@ e2e-tls:
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./test/cmd/bench $(BENCH_FLAGS)
+
+# Each pod mounts a fresh 1Mi claim of the hostpath CSI driver (StorageClass nodeagent-csi);
+# nodeagent and the kubelet only, no floor.
+bench-pvc:
+	$(GO) run ./test/cmd/bench -pvc $(BENCH_FLAGS)
 
 # The hot paths alone (status computation, relist, container config), no cluster.
 bench-micro:

@@ -81,7 +81,7 @@ func (c *Config) deployCSIHostpath(ctx context.Context) error {
 			return fmt.Errorf("apply %s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
 	}
-	return c.waitCSIHostpath(ctx)
+	return c.WaitCSIHostpath(ctx, time.Time{})
 }
 
 // csiHostpathObjects reads the manifests with the stock paths moved under the run dir.
@@ -141,10 +141,13 @@ func decodeManifest(data []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
-// waitCSIHostpath waits until the node lists the driver in its CSINode (the registrar and
+// WaitCSIHostpath waits until the node lists the driver in its CSINode (the registrar and
 // the agent's plugin watcher did their part) and every container of the driver's pod is
-// ready (the sidecars connected to the driver and the apiserver).
-func (c *Config) waitCSIHostpath(ctx context.Context) error {
+// ready (the sidecars connected to the driver and the apiserver), each started at or after
+// since. A caller that replaced the node agent (SwitchAgent removes every sandbox) passes
+// the time of the switch, so that the status the old agent left does not count: the CSINode
+// still lists the driver then, and the pod still shows the old containers ready.
+func (c *Config) WaitCSIHostpath(ctx context.Context, since time.Time) error {
 	cs, err := c.Client()
 	if err != nil {
 		return err
@@ -157,6 +160,10 @@ func (c *Config) waitCSIHostpath(ctx context.Context) error {
 		for _, st := range pod.Status.ContainerStatuses {
 			if !st.Ready {
 				return fmt.Errorf("pod %s/%s: container %s not ready (%s)", pod.Namespace, pod.Name, st.Name, containerState(st))
+			}
+			// Status times have whole seconds.
+			if r := st.State.Running; r == nil || r.StartedAt.Time.Before(since.Truncate(time.Second)) {
+				return fmt.Errorf("pod %s/%s: container %s not restarted since %s", pod.Namespace, pod.Name, st.Name, since.Format(time.RFC3339))
 			}
 		}
 		if len(pod.Status.ContainerStatuses) != len(pod.Spec.Containers) {

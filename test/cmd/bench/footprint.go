@@ -61,31 +61,43 @@ func markAudit(path string) auditMark {
 	return auditMark(st.Size())
 }
 
-// countRequests counts the requests the node made between two marks of the audit log.
-func countRequests(path string, from, to auditMark) (int, error) {
+// countRequests counts the requests the node made between two marks of the audit log, in
+// all and by verb and resource ("get volumeattachments"; a subresource after a slash).
+func countRequests(path string, from, to auditMark) (int, map[string]int, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer f.Close()
 	if _, err := f.Seek(int64(from), 0); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	read, n := int64(from), 0
+	by := map[string]int{}
 	for sc.Scan() && read < int64(to) {
 		line := sc.Bytes()
 		read += int64(len(line)) + 1
 		var ev struct {
 			Stage string `json:"stage"`
+			Verb  string `json:"verb"`
 			User  struct {
 				Username string `json:"username"`
 			} `json:"user"`
+			ObjectRef struct {
+				Resource    string `json:"resource"`
+				Subresource string `json:"subresource"`
+			} `json:"objectRef"`
 		}
 		if json.Unmarshal(line, &ev) == nil && ev.Stage == "ResponseComplete" && strings.HasPrefix(ev.User.Username, "system:node:") {
 			n++
+			key := ev.Verb + " " + ev.ObjectRef.Resource
+			if ev.ObjectRef.Subresource != "" {
+				key += "/" + ev.ObjectRef.Subresource
+			}
+			by[key]++
 		}
 	}
-	return n, sc.Err()
+	return n, by, sc.Err()
 }

@@ -1,7 +1,8 @@
 // Command bench measures pod startup, deletion and footprint of nodeagent side by side with
 // the upstream kubelet, on one harness cluster (same control plane, containerd and
 // KubeletConfiguration), alternating the two sides over several rounds, and the floor: the
-// same pods made straight through CRI with no agent. See BENCHMARKS.md.
+// same pods made straight through CRI with no agent. With -pvc every pod mounts a fresh claim
+// of the hostpath CSI driver, on both agents (no floor). See BENCHMARKS.md.
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +35,9 @@ type options struct {
 	outDir string
 	// probe gives every pod an exec readiness probe running each second.
 	probe bool
+	// pvc gives every pod a fresh claim of the hostpath CSI driver, mounted (pvc.go); the
+	// cluster runs the driver, and there is no floor.
+	pvc bool
 	// profile, when set, is the length of a CPU profile of nodeagent taken from the start
 	// of its first round, written beside the JSON results.
 	profile time.Duration
@@ -47,9 +52,19 @@ func main() {
 	flag.StringVar(&sides, "sides", "nodeagent,kubelet,floor", "what to measure")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON results")
 	flag.BoolVar(&o.probe, "probe", false, "give every pod an exec readiness probe run each second (the probes' cost shows in CPU with pods)")
+	flag.BoolVar(&o.pvc, "pvc", false, "give every pod a fresh 1Mi claim of the hostpath CSI driver's StorageClass ("+harness.CSIHostpathStorageClass+"), mounted; the cluster runs the driver (one more pod: N at most 109); sides nodeagent,kubelet")
 	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of its first round (bench/results/nodeagent-cpu.pprof)")
 	flag.Parse()
+	sidesSet := false
+	flag.Visit(func(f *flag.Flag) { sidesSet = sidesSet || f.Name == "sides" })
+	if o.pvc && !sidesSet {
+		sides = harness.AgentNodeagent + "," + harness.AgentKubelet
+	}
 	o.sides = strings.Split(sides, ",")
+	if o.pvc && slices.Contains(o.sides, "floor") {
+		fmt.Fprintln(os.Stderr, "bench: the floor (CRI only) has no volumes: -pvc measures nodeagent and kubelet")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
@@ -60,6 +75,11 @@ func main() {
 
 func run(ctx context.Context, o options) error {
 	cfg := &harness.Config{Agent: harness.AgentNone}
+	if o.pvc {
+		// The driver runs as a pod: it is deployed by a node agent, and each side's agent
+		// runs it again after the switch.
+		cfg = &harness.Config{Agent: harness.AgentNodeagent, CSIHostpath: true}
+	}
 	if err := harness.Up(ctx, cfg); err != nil {
 		return err
 	}
@@ -93,12 +113,15 @@ func run(ctx context.Context, o options) error {
 				fmt.Fprintf(os.Stderr, "bench: %s round %d: %v\n", side, round+1, err)
 				// Leave an empty runtime and apiserver for the next side.
 				_ = cs.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, *metav1.NewDeleteOptions(0), metav1.ListOptions{})
+				if o.pvc {
+					_ = cs.CoreV1().PersistentVolumeClaims(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+				}
 				_ = cfg.SwitchAgent(ctx, harness.AgentNone)
 			}
 			results[side] = r
 		}
 	}
-	writeTable(os.Stdout, results)
+	writeTable(os.Stdout, figuresFor(o.pvc), results)
 	return writeJSON(cfg, o, results)
 }
 
@@ -124,8 +147,16 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		r.Rounds = append(r.Rounds, res)
 		return nil
 	}
+	switched := time.Now()
 	if err := cfg.SwitchAgent(ctx, side); err != nil {
 		return err
+	}
+	if o.pvc {
+		// Before the idle hold, which so includes the driver's pod and gives the agent's
+		// registration of the driver time to end.
+		if err := cfg.WaitCSIHostpath(ctx, switched); err != nil {
+			return fmt.Errorf("the CSI driver under %s: %w", side, err)
+		}
 	}
 	pid := cfg.AgentPid()
 	// The idle hold doubles as the new agent's settling time.
@@ -144,7 +175,8 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	} else {
 		profiled <- nil
 	}
-	res, err := startupRound(ctx, cs, rt, o.n, o.probe, func() error {
+	w := workload{n: o.n, probe: o.probe, pvc: o.pvc, rootDir: cfg.AgentRootDir()}
+	res, err := startupRound(ctx, cs, rt, w, func() error {
 		rss, _, _ := memory(pid)
 		r.RSSPods = append(r.RSSPods, rss)
 		c0, _ := cpuSeconds(pid)
@@ -161,7 +193,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	if err != nil {
 		return err
 	}
-	reqs, err := countRequests(cfg.AuditLog(), mark, markAudit(cfg.AuditLog()))
+	reqs, byKind, err := countRequests(cfg.AuditLog(), mark, markAudit(cfg.AuditLog()))
 	if err != nil {
 		return err
 	}
@@ -172,6 +204,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	r.RSSAfter = append(r.RSSAfter, rssAfter)
 	r.HWM = append(r.HWM, hwm)
 	r.Requests = append(r.Requests, float64(reqs))
+	r.RequestsBy = append(r.RequestsBy, byKind)
 	r.Available = true
 	return nil
 }
@@ -217,7 +250,7 @@ func writeJSON(cfg *harness.Config, o options, results map[string]sideResult) er
 		"versions": map[string]string{
 			"kubernetes": version, "containerd": harness.ContainerdVersion, "nodeagent": strings.TrimSpace(string(commit)),
 		},
-		"pods": o.n, "rounds": o.rounds, "holdSeconds": o.hold.Seconds(), "execReadinessProbe": o.probe,
+		"pods": o.n, "rounds": o.rounds, "holdSeconds": o.hold.Seconds(), "execReadinessProbe": o.probe, "pvc": o.pvc,
 		"results": results,
 	}
 	data, err := json.MarshalIndent(out, "", "  ")

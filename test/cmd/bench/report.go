@@ -28,16 +28,18 @@ func dist(xs []float64) Dist {
 
 // sideResult is everything measured of one side over all rounds.
 type sideResult struct {
-	Rounds    []roundResult `json:"rounds"`
-	RSSIdle   []float64     `json:"rssIdleMiB,omitempty"`
-	RSSPods   []float64     `json:"rssWithPodsMiB,omitempty"`
-	RSSAfter  []float64     `json:"rssAfterDeleteMiB,omitempty"`
-	HWM       []float64     `json:"hwmMiB,omitempty"`
-	CPUPods   []float64     `json:"cpuSecondsWithPods,omitempty"`
-	CPUIdle   []float64     `json:"cpuSecondsIdle,omitempty"`
-	Requests  []float64     `json:"apiserverRequests,omitempty"`
-	Errors    []string      `json:"errors,omitempty"`
-	Available bool          `json:"available"`
+	Rounds   []roundResult `json:"rounds"`
+	RSSIdle  []float64     `json:"rssIdleMiB,omitempty"`
+	RSSPods  []float64     `json:"rssWithPodsMiB,omitempty"`
+	RSSAfter []float64     `json:"rssAfterDeleteMiB,omitempty"`
+	HWM      []float64     `json:"hwmMiB,omitempty"`
+	CPUPods  []float64     `json:"cpuSecondsWithPods,omitempty"`
+	CPUIdle  []float64     `json:"cpuSecondsIdle,omitempty"`
+	Requests []float64     `json:"apiserverRequests,omitempty"`
+	// RequestsBy splits each round's requests by verb and resource.
+	RequestsBy []map[string]int `json:"apiserverRequestsByVerbResource,omitempty"`
+	Errors     []string         `json:"errors,omitempty"`
+	Available  bool             `json:"available"`
 }
 
 // figure is one row of the table: how to read a number out of each round of a side.
@@ -56,7 +58,7 @@ func fromRounds(f func(r roundResult) float64) func(s sideResult) []float64 {
 	}
 }
 
-var figures = []figure{
+var baseFigures = []figure{
 	{"creation → PodReadyToStartContainers p50 (s)", fromRounds(func(r roundResult) float64 { return r.SandboxReady.P50 })},
 	{"creation → PodReadyToStartContainers p99 (s)", fromRounds(func(r roundResult) float64 { return r.SandboxReady.P99 })},
 	{"creation → containers started p50 (s)", fromRounds(func(r roundResult) float64 { return r.Started.P50 })},
@@ -74,6 +76,38 @@ var figures = []figure{
 	{"CPU s over the hold, N pods running", func(s sideResult) []float64 { return s.CPUPods }},
 	{"CPU s over the hold, idle", func(s sideResult) []float64 { return s.CPUIdle }},
 	{"apiserver requests per round", func(s sideResult) []float64 { return s.Requests }},
+}
+
+// pvcFigures are the -pvc variant's rows, after the base ones.
+var pvcFigures = []figure{
+	{"creation → scheduled (claim provisioned and bound) p50 (s)", fromRounds(func(r roundResult) float64 { return distOf(r.Scheduled).P50 })},
+	{"creation → scheduled (claim provisioned and bound) p99 (s)", fromRounds(func(r roundResult) float64 { return distOf(r.Scheduled).P99 })},
+	{"creation → volume attached p50 (s)", fromRounds(func(r roundResult) float64 { return distOf(r.Attached).P50 })},
+	{"creation → volume attached p99 (s)", fromRounds(func(r roundResult) float64 { return distOf(r.Attached).P99 })},
+	{"volume attached → containers started p50 (s)", fromRounds(func(r roundResult) float64 { return distOf(r.AttachedToStarted).P50 })},
+	{"volume attached → containers started p99 (s)", fromRounds(func(r roundResult) float64 { return distOf(r.AttachedToStarted).P99 })},
+	{"delete all → claims, PVs and VolumeAttachments gone (s)", fromRounds(func(r roundResult) float64 { return r.VolumesGone })},
+}
+
+// figuresFor returns the rows of the table; with -pvc "nothing left" includes the CSI mounts.
+func figuresFor(pvc bool) []figure {
+	if !pvc {
+		return baseFigures
+	}
+	out := append([]figure(nil), baseFigures...)
+	for i := range out {
+		if out[i].name == "delete all → nothing left (s)" {
+			out[i].name = "delete all → pods, sandboxes and CSI mounts gone (s)"
+		}
+	}
+	return append(out, pvcFigures...)
+}
+
+func distOf(d *Dist) Dist {
+	if d == nil {
+		return Dist{}
+	}
+	return *d
 }
 
 // median, min and max of xs; ok is false when xs is empty.
@@ -103,15 +137,26 @@ func ratio(a, b []float64) string {
 	return fmt.Sprintf("%.2f", ma/mb)
 }
 
-// writeTable prints the Markdown table: medians with [min–max] over rounds, and ratios.
-func writeTable(w io.Writer, sides map[string]sideResult) {
-	fmt.Fprintln(w, "| figure | nodeagent | kubelet | floor (CRI only) | nodeagent / kubelet | nodeagent / floor | kubelet / floor |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+// writeTable prints the Markdown table: medians with [min–max] over rounds, and ratios; the
+// floor's columns only when the floor was measured.
+func writeTable(w io.Writer, figs []figure, sides map[string]sideResult) {
 	na, kl, fl := sides["nodeagent"], sides["kubelet"], sides["floor"]
-	for _, f := range figures {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.name,
-			cellOf(f.get(na)), cellOf(f.get(kl)), cellOf(f.get(fl)),
-			ratio(f.get(na), f.get(kl)), ratio(f.get(na), f.get(fl)), ratio(f.get(kl), f.get(fl)))
+	_, withFloor := sides["floor"]
+	if withFloor {
+		fmt.Fprintln(w, "| figure | nodeagent | kubelet | floor (CRI only) | nodeagent / kubelet | nodeagent / floor | kubelet / floor |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	} else {
+		fmt.Fprintln(w, "| figure | nodeagent | kubelet | nodeagent / kubelet |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+	}
+	for _, f := range figs {
+		if withFloor {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", f.name,
+				cellOf(f.get(na)), cellOf(f.get(kl)), cellOf(f.get(fl)),
+				ratio(f.get(na), f.get(kl)), ratio(f.get(na), f.get(fl)), ratio(f.get(kl), f.get(fl)))
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", f.name, cellOf(f.get(na)), cellOf(f.get(kl)), ratio(f.get(na), f.get(kl)))
 	}
 	for name, s := range sides {
 		if len(s.Errors) > 0 {

@@ -9,18 +9,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeagent/nodeagent/test/harness"
 )
 
 const benchNamespace = "bench"
 
-// podTimes is when the watch first saw each milestone of one pod, from its creation request.
+// podTimes is when the watch first saw each milestone of one pod, from its creation request
+// (with -pvc, from its claim's creation request, made just before the pod's).
 type podTimes struct {
-	created, sandboxReady, started, ready time.Time
+	created, scheduled, attached, sandboxReady, started, ready time.Time
 }
 
 // roundResult is one side's figures for one round.
@@ -29,7 +30,29 @@ type roundResult struct {
 	Started      Dist    `json:"creationToAllContainersStarted"`
 	Ready        Dist    `json:"creationToReady"`
 	AllRunning   float64 `json:"allRunningSeconds"`
-	Deleted      float64 `json:"deleteAllGoneSeconds"`
+	// Deleted ends, with -pvc, only once no CSI mount is left on the node either.
+	Deleted float64 `json:"deleteAllGoneSeconds"`
+
+	// With -pvc: the scheduler binds a pod once its claim is provisioned and bound; the
+	// attachment is the VolumeAttachment's; from there to the containers' start is the
+	// agent's own share (it sees the attachment, stages, publishes, then makes the pod).
+	Scheduled         *Dist `json:"creationToScheduled,omitempty"`
+	Attached          *Dist `json:"creationToVolumeAttached,omitempty"`
+	AttachedToStarted *Dist `json:"volumeAttachedToContainersStarted,omitempty"`
+	// VolumesGone is from the deletion until no claim, PersistentVolume or
+	// VolumeAttachment of the round is left.
+	VolumesGone float64 `json:"deleteAllVolumesGoneSeconds,omitempty"`
+}
+
+// workload is what a round creates.
+type workload struct {
+	n int
+	// probe gives every pod an exec readiness probe run each second.
+	probe bool
+	// pvc gives every pod a claim of its own of the hostpath CSI driver (pvc.go).
+	pvc bool
+	// rootDir is the agent's --root-dir, where the CSI mounts are (pvc).
+	rootDir string
 }
 
 // benchPod sleeps until told to stop, and stops at once on SIGTERM. With probe it has an
@@ -56,35 +79,56 @@ func benchPod(i int, image string, probe bool) *corev1.Pod {
 	return pod
 }
 
-// startupRound creates n pods at once, follows them with a watch until all are Ready, and
-// then deletes them and waits until the apiserver and the runtime hold nothing of them.
-// hold runs between the two, with the pods running (the footprint is measured there).
-func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient, n int, probe bool, hold func() error) (roundResult, error) {
+// startupRound creates the workload's pods at once, follows them with a watch until all are
+// Ready, and then deletes them (and their claims) and waits until the apiserver and the
+// runtime hold nothing of them. hold runs between the two, with the pods running (the
+// footprint is measured there).
+func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient, w workload, hold func() error) (roundResult, error) {
 	var res roundResult
+	n := w.n
 	tr := &tracker{times: map[string]*podTimes{}, want: n, allReady: make(chan struct{}), established: make(chan struct{})}
 	for i := range n {
 		tr.times[benchPod(i, "", false).Name] = &podTimes{}
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	watchErr := make(chan error, 1)
+	watchErr := make(chan error, 2)
 	go func() { watchErr <- tr.follow(watchCtx, cs) }()
-	// The watch must be established before the first pod is created.
-	select {
-	case <-tr.established:
-	case err := <-watchErr:
-		return res, err
+	watches := 1
+	at := newAttachTracker()
+	if w.pvc {
+		watches++
+		go func() { watchErr <- at.follow(watchCtx, cs) }()
+	} else {
+		at.once.Do(func() { close(at.established) })
+	}
+	// The watches must be established before the first pod is created.
+	for _, established := range []chan struct{}{tr.established, at.established} {
+		select {
+		case <-established:
+		case err := <-watchErr:
+			return res, err
+		}
 	}
 
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
-		pod := benchPod(i, harness.BusyboxImage, probe)
+		pod := benchPod(i, harness.BusyboxImage, w.probe)
+		if w.pvc {
+			pod = withClaim(pod)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			tr.setCreated(pod.Name, time.Now())
+			if w.pvc {
+				if _, err := cs.CoreV1().PersistentVolumeClaims(benchNamespace).Create(ctx, benchClaim(i), metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
 			if _, err := cs.CoreV1().Pods(benchNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				errs <- err
 			}
@@ -98,7 +142,7 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 	select {
 	case <-tr.allReady:
 	case err := <-watchErr:
-		return res, fmt.Errorf("watching the pods: %w", err)
+		return res, fmt.Errorf("watching: %w", err)
 	case <-time.After(10 * time.Minute):
 		return res, fmt.Errorf("only %d of %d pods ready after 10m", tr.readyCount(), n)
 	case <-ctx.Done():
@@ -106,14 +150,35 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 	}
 	res.AllRunning = time.Since(start).Seconds()
 	stopWatch()
-	<-watchErr
-	var sb, st, rd []float64
+	for range watches {
+		<-watchErr
+	}
+	pvs := map[string]bool{}
+	if w.pvc {
+		byClaim, err := claimVolumes(ctx, cs)
+		if err != nil {
+			return res, err
+		}
+		for claim, pv := range byClaim {
+			pvs[pv] = true
+			if pt := tr.times[claim]; pt != nil {
+				pt.attached = at.attachedAt(pv)
+			}
+		}
+	}
+	var sb, st, rd, sc, att, attSt []float64
 	for _, pt := range tr.times {
 		sb = append(sb, since(pt.created, pt.sandboxReady))
 		st = append(st, since(pt.created, pt.started))
 		rd = append(rd, since(pt.created, pt.ready))
+		sc = append(sc, since(pt.created, pt.scheduled))
+		att = append(att, since(pt.created, pt.attached))
+		attSt = append(attSt, since(pt.attached, pt.started))
 	}
 	res.SandboxReady, res.Started, res.Ready = dist(sb), dist(st), dist(rd)
+	if w.pvc {
+		res.Scheduled, res.Attached, res.AttachedToStarted = ptr.To(dist(sc)), ptr.To(dist(att)), ptr.To(dist(attSt))
+	}
 	if hold != nil {
 		if err := hold(); err != nil {
 			return res, err
@@ -123,10 +188,23 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 	if err := cs.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		return res, fmt.Errorf("delete pods: %w", err)
 	}
-	if err := waitEmpty(ctx, cs, rt); err != nil {
+	if w.pvc {
+		// Deleted with the pods, as a namespace's deletion would: each claim goes once no
+		// pod uses it (its protection finalizer), then its volume (reclaim policy Delete).
+		if err := cs.CoreV1().PersistentVolumeClaims(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			return res, fmt.Errorf("delete claims: %w", err)
+		}
+	}
+	if err := waitGone(ctx, func(ctx context.Context) (string, error) { return podsLeft(ctx, cs, rt, w) }); err != nil {
 		return res, err
 	}
 	res.Deleted = time.Since(delStart).Seconds()
+	if w.pvc {
+		if err := waitGone(ctx, func(ctx context.Context) (string, error) { return volumesLeft(ctx, cs, pvs) }); err != nil {
+			return res, err
+		}
+		res.VolumesGone = time.Since(delStart).Seconds()
+	}
 	return res, nil
 }
 
@@ -160,6 +238,9 @@ func (tr *tracker) observe(pod *corev1.Pod, now time.Time) {
 	if pt == nil {
 		return
 	}
+	if pt.scheduled.IsZero() && pod.Spec.NodeName != "" {
+		pt.scheduled = now
+	}
 	if pt.sandboxReady.IsZero() && condTrue(pod, corev1.PodReadyToStartContainers) {
 		pt.sandboxReady = now
 	}
@@ -175,76 +256,44 @@ func (tr *tracker) observe(pod *corev1.Pod, now time.Time) {
 	}
 }
 
-// follow watches the bench namespace until ctx ends. The watch is drained at once (a
-// watcher that falls behind is closed by the apiserver), and a closed watch is resumed
-// from the last resource version seen, or from a fresh list when that is too old.
+// follow watches the bench namespace's pods until ctx ends.
 func (tr *tracker) follow(ctx context.Context, cs kubernetes.Interface) error {
 	pods := cs.CoreV1().Pods(benchNamespace)
-	rv := ""
-	for {
-		if rv == "" {
-			list, err := pods.List(ctx, metav1.ListOptions{})
+	l := lister{
+		list: func(ctx context.Context, opts metav1.ListOptions) ([]any, string, error) {
+			list, err := pods.List(ctx, opts)
 			if err != nil {
-				return ignoreCanceled(ctx, err)
+				return nil, "", err
 			}
-			now := time.Now()
+			items := make([]any, len(list.Items))
 			for i := range list.Items {
-				tr.observe(&list.Items[i], now)
+				items[i] = &list.Items[i]
 			}
-			rv = list.ResourceVersion
-		}
-		w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-		if err != nil {
-			return ignoreCanceled(ctx, err)
-		}
-		tr.once.Do(func() { close(tr.established) })
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				rv = "" // expired: list again
-				break
-			}
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			rv = pod.ResourceVersion
-			if ev.Type != watch.Deleted && ev.Type != watch.Bookmark {
-				tr.observe(pod, time.Now())
-			}
-		}
-		w.Stop()
-		if ctx.Err() != nil {
-			return nil
-		}
+			return items, list.ResourceVersion, nil
+		},
+		watch: pods.Watch,
 	}
+	return follow(ctx, l, func(obj any, now time.Time) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			tr.observe(pod, now)
+		}
+	}, func() { tr.once.Do(func() { close(tr.established) }) })
 }
 
-func ignoreCanceled(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
-}
-
-// waitEmpty waits until no pod of the bench namespace exists, in the apiserver or as a
-// sandbox in the runtime.
-func waitEmpty(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient) error {
+// waitGone polls left every 100 ms until it reports nothing left ("") or 10 minutes have
+// passed.
+func waitGone(ctx context.Context, left func(context.Context) (string, error)) error {
 	deadline := time.Now().Add(10 * time.Minute)
-	filter := &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.namespace": benchNamespace}}
 	for {
-		pods, err := cs.CoreV1().Pods(benchNamespace).List(ctx, metav1.ListOptions{})
+		what, err := left(ctx)
 		if err != nil {
 			return err
 		}
-		sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter})
-		if err != nil {
-			return err
-		}
-		if len(pods.Items) == 0 && len(sbs.Items) == 0 {
+		if what == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after 10m %d pods and %d sandboxes remain", len(pods.Items), len(sbs.Items))
+			return fmt.Errorf("after 10m %s remain", what)
 		}
 		select {
 		case <-ctx.Done():
@@ -252,6 +301,30 @@ func waitEmpty(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Runti
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// podsLeft describes what is left of the bench namespace's pods, in the apiserver, as
+// sandboxes in the runtime, and with -pvc as CSI mounts on the node; "" when nothing is.
+func podsLeft(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient, w workload) (string, error) {
+	pods, err := cs.CoreV1().Pods(benchNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	filter := &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.namespace": benchNamespace}}
+	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter})
+	if err != nil {
+		return "", err
+	}
+	mounts := 0
+	if w.pvc {
+		if mounts, err = csiMountsLeft(w.rootDir); err != nil {
+			return "", err
+		}
+	}
+	if len(pods.Items)+len(sbs.Items)+mounts == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("%d pods, %d sandboxes and %d CSI mounts", len(pods.Items), len(sbs.Items), mounts), nil
 }
 
 func condTrue(pod *corev1.Pod, typ corev1.PodConditionType) bool {
