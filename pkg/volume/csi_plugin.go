@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -249,8 +250,11 @@ type driverPolicy struct {
 	podInfoOnMount    bool
 	requiresRepublish bool
 	tokenRequests     []storagev1.TokenRequest
-	fsGroupPolicy     storagev1.FSGroupPolicy
-	modes             []storagev1.VolumeLifecycleMode
+	// tokensInSecrets: the tokens go in NodePublishVolume's secrets, not in
+	// its volume context (serviceAccountTokenInSecrets).
+	tokensInSecrets bool
+	fsGroupPolicy   storagev1.FSGroupPolicy
+	modes           []storagev1.VolumeLifecycleMode
 }
 
 func (p *csiPlugin) policy(ctx context.Context, driver string) (driverPolicy, error) {
@@ -280,6 +284,7 @@ func (p *csiPlugin) policy(ctx context.Context, driver string) (driverPolicy, er
 	}
 	pol.requiresRepublish = d.Spec.RequiresRepublish != nil && *d.Spec.RequiresRepublish
 	pol.tokenRequests = d.Spec.TokenRequests
+	pol.tokensInSecrets = d.Spec.ServiceAccountTokenInSecrets != nil && *d.Spec.ServiceAccountTokenInSecrets
 	return pol, nil
 }
 
@@ -411,6 +416,8 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 	}
 	if cv.block {
 		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+	} else if driver.VolumeMountGroup && req.fsGroup != nil {
+		capability.GetMount().VolumeMountGroup = strconv.FormatInt(*req.fsGroup, 10)
 	}
 	if staging != "" {
 		if err := p.stage(ctx, driver, cv, staging, publishContext, capability); err != nil {
@@ -429,16 +436,23 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		volCtx[ctxServiceAccount] = req.pod.Spec.ServiceAccountName
 		volCtx[ctxEphemeral] = fmt.Sprint(cv.ephemeral)
 	}
+	secrets, err := p.secrets(ctx, cv.publishRef)
+	if err != nil {
+		return Mount{}, err
+	}
 	if len(pol.tokenRequests) > 0 {
 		tokens, err := p.serviceAccountTokens(ctx, req.pod, pol.tokenRequests)
 		if err != nil {
 			return Mount{}, err
 		}
-		volCtx[ctxTokens] = tokens
-	}
-	secrets, err := p.secrets(ctx, cv.publishRef)
-	if err != nil {
-		return Mount{}, err
+		if pol.tokensInSecrets {
+			if secrets == nil {
+				secrets = map[string]string{}
+			}
+			secrets[ctxTokens] = tokens
+		} else {
+			volCtx[ctxTokens] = tokens
+		}
 	}
 	cctx, cancel := nodeCallContext(ctx)
 	_, err = driver.Node().NodePublishVolume(cctx, &csipb.NodePublishVolumeRequest{
@@ -449,7 +463,9 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 	if err != nil {
 		return Mount{}, err
 	}
-	if !cv.block && fsGroupApplies(pol.fsGroupPolicy, cv) {
+	// A driver with VOLUME_MOUNT_GROUP got the fsGroup in the request and
+	// owns its application.
+	if !cv.block && !driver.VolumeMountGroup && fsGroupApplies(pol.fsGroupPolicy, cv) {
 		if err := planFSGroup(req.fsGroup, req.fsGroupPolicy, cv.readOnly).apply(target); err != nil {
 			return Mount{}, fmt.Errorf("apply fsGroup: %w", err)
 		}

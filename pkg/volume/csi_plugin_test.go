@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +45,7 @@ type csiFixture struct {
 	driver *csitest.Driver
 	fm     *fakeMounter
 	client *fake.Clientset
+	reg    *csi.Registry
 	root   string
 }
 
@@ -74,7 +77,7 @@ func newCSIFixture(t *testing.T, register bool, objects ...runtime.Object) *csiF
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &csiFixture{sock: sock, mgr: mgr, driver: drv, fm: fm, client: client, root: mgr.layout.Root()}
+	return &csiFixture{sock: sock, mgr: mgr, driver: drv, fm: fm, client: client, reg: reg, root: mgr.layout.Root()}
 }
 
 func csiDriverObject(attach, podInfo bool, modes ...storagev1.VolumeLifecycleMode) *storagev1.CSIDriver {
@@ -528,5 +531,69 @@ func TestCSIVolumesOfAPodPublishSideBySide(t *testing.T) {
 	}
 	if !<-waited {
 		t.Fatal("volume b was not published while volume a's publish waited")
+	}
+}
+
+// TestCSITokensInSecrets: with serviceAccountTokenInSecrets the tokens
+// reach the driver in NodePublishVolume's secrets, beside the publish
+// secret's own keys, and not in its volume context.
+func TestCSITokensInSecrets(t *testing.T) {
+	for _, inSecrets := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inSecrets=%v", inSecrets), func(t *testing.T) {
+			ctx := context.Background()
+			pvc, pv := boundClaim("claim", "pv-1")
+			pv.Spec.CSI.NodePublishSecretRef = &v1.SecretReference{Namespace: "ns", Name: "publish"}
+			secret := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "publish"}, Data: map[string][]byte{"user": []byte("u")}}
+			drv := csiDriverObject(false, false)
+			drv.Spec.TokenRequests = []storagev1.TokenRequest{{Audience: "vault"}}
+			drv.Spec.ServiceAccountTokenInSecrets = ptr(inSecrets)
+			f := newCSIFixture(t, true, pvc, pv, drv, secret)
+			tr := &tokenReactor{clock: testclock.NewFakeClock(time.Now())}
+			f.client.PrependReactor("create", "serviceaccounts", tr.react)
+			if _, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim")); err != nil {
+				t.Fatal(err)
+			}
+			pub := f.driver.Last("NodePublishVolume").(*csipb.NodePublishVolumeRequest)
+			_, inCtx := pub.GetVolumeContext()[ctxTokens]
+			_, inSec := pub.GetSecrets()[ctxTokens]
+			if inCtx == inSecrets || inSec != inSecrets || pub.GetSecrets()["user"] != "u" {
+				t.Fatalf("tokens in the volume context: %v, in the secrets: %v (secrets %v); want them in the secrets only: %v",
+					inCtx, inSec, slices.Sorted(maps.Keys(pub.GetSecrets())), inSecrets)
+			}
+		})
+	}
+}
+
+// TestCSIVolumeMountGroup: a driver with VOLUME_MOUNT_GROUP gets the pod's
+// fsGroup as volume_mount_group at stage and publish (and the node then
+// changes no ownership itself); without the capability no group is sent.
+func TestCSIVolumeMountGroup(t *testing.T) {
+	for _, group := range []bool{false, true} {
+		t.Run(fmt.Sprintf("capability=%v", group), func(t *testing.T) {
+			ctx := context.Background()
+			pvc, pv := boundClaim("claim", "pv-1")
+			f := newCSIFixture(t, false, pvc, pv, csiDriverObject(false, false))
+			f.driver.Group = group // before registration, which reads the capabilities
+			if err := f.reg.Register(ctx, testDriver, f.sock, []string{"1.0.0"}); err != nil {
+				t.Fatal(err)
+			}
+			pod := claimPod("uid-a", "claim")
+			pod.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr(int64(2000))}
+			if _, err := f.mgr.MountPod(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			if group {
+				want = "2000"
+			}
+			stage := f.driver.Last("NodeStageVolume").(*csipb.NodeStageVolumeRequest)
+			pub := f.driver.Last("NodePublishVolume").(*csipb.NodePublishVolumeRequest)
+			if got := stage.GetVolumeCapability().GetMount().GetVolumeMountGroup(); got != want {
+				t.Errorf("NodeStageVolume volume_mount_group = %q, want %q", got, want)
+			}
+			if got := pub.GetVolumeCapability().GetMount().GetVolumeMountGroup(); got != want {
+				t.Errorf("NodePublishVolume volume_mount_group = %q, want %q", got, want)
+			}
+		})
 	}
 }

@@ -37,6 +37,10 @@ type Driver struct {
 	StageUnstage bool
 	// VolumeStats is the GET_VOLUME_STATS node capability.
 	VolumeStats bool
+	// VolumeMountGroup is the VOLUME_MOUNT_GROUP node capability: the
+	// driver applies the pod's fsGroup itself, given as volume_mount_group
+	// at stage and publish, and the node changes no ownership.
+	VolumeMountGroup bool
 
 	conn *grpc.ClientConn
 	node csipb.NodeClient
@@ -86,6 +90,8 @@ func dialDriver(ctx context.Context, name, endpoint string) (*Driver, error) {
 			d.StageUnstage = true
 		case csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS:
 			d.VolumeStats = true
+		case csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP:
+			d.VolumeMountGroup = true
 		}
 	}
 	return d, nil

@@ -27,6 +27,7 @@ type Driver struct {
 	NodeID   string
 	Stage    bool              // advertise STAGE_UNSTAGE_VOLUME
 	Stats    bool              // advertise GET_VOLUME_STATS; usage is 1000 bytes of 4096, 3 inodes of 64
+	Group    bool              // advertise VOLUME_MOUNT_GROUP
 	Topology map[string]string // NodeGetInfo's accessible topology
 	// FailPublish makes that many NodePublishVolume calls fail first.
 	FailPublish int
@@ -87,6 +88,10 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 	if d.Stats {
 		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
 			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS}}})
+	}
+	if d.Group {
+		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP}}})
 	}
 	return resp, nil
 }
