@@ -495,12 +495,35 @@ func (p *csiPlugin) stage(ctx context.Context, driver *csi.Driver, cv *csiVolume
 		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging,
 		VolumeCapability: capability, Secrets: secrets, VolumeContext: cv.attributes,
 	}); err != nil {
+		// After a final error the driver surely did not stage the volume:
+		// the staging directory goes, so that a teardown before the next
+		// try has nothing to unstage. After any other error the volume may
+		// be staged, and the teardown unstages it.
+		if finalError(err) {
+			_ = os.Remove(staging)
+		}
 		return fmt.Errorf("MountDevice (NodeStageVolume): %w", err)
 	}
 	p.mu.Lock()
 	p.staged[staging] = true
 	p.mu.Unlock()
 	return nil
+}
+
+// finalError says a failed driver call surely ended without effect.
+// Cancellation, a timeout, an unreachable or exhausted driver and Aborted
+// (an operation still pending) leave it uncertain, and so does an error
+// that carries no gRPC status: it came before the call reached the driver.
+func finalError(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+		return false
+	}
+	return true
 }
 
 // serviceAccountTokens requests the tokens a CSIDriver asks for, bound to
@@ -733,12 +756,14 @@ func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
 	_, err = driver.Node().NodeUnstageVolume(cctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.VolumeHandle,
 		StagingTargetPath: staging})
 	cancel()
-	if err != nil && status.Code(err) != codes.NotFound {
-		return fmt.Errorf("UnmountDevice (NodeUnstageVolume): %w", err)
-	}
+	// Whatever the answer, the volume is no longer known to be staged: the
+	// next pod of the volume stages it again.
 	p.mu.Lock()
 	delete(p.staged, staging)
 	p.mu.Unlock()
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("UnmountDevice (NodeUnstageVolume): %w", err)
+	}
 	if data.Block {
 		if err := removeDir(p.mounter, staging); err != nil {
 			return err

@@ -597,3 +597,61 @@ func TestCSIVolumeMountGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestCSIStageAndUnstageErrors: the kubelet's NodeStage error semantics.
+// A pod deleted after a final NodeStageVolume error is torn down without
+// NodeUnstageVolume (the volume surely is not staged); after a transient
+// one it is unstaged (it may be). After a failed NodeUnstageVolume, the
+// next pod of the volume stages it again.
+func TestCSIStageAndUnstageErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		stageErr  error
+		wantCalls []string
+	}{
+		{"final", status.Error(codes.InvalidArgument, "bad"),
+			[]string{"NodeStageVolume handle-pv-1", "NodeUnpublishVolume handle-pv-1"}},
+		{"transient", status.Error(codes.DeadlineExceeded, "slow"),
+			[]string{"NodeStageVolume handle-pv-1", "NodeUnpublishVolume handle-pv-1", "NodeUnstageVolume handle-pv-1"}},
+	}
+	for _, tt := range tests {
+		t.Run("stage "+tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			pvc, pv := boundClaim("claim", "pv-1")
+			f := newCSIFixture(t, true, pvc, pv, csiDriverObject(false, false))
+			f.driver.StageErr = tt.stageErr
+			if _, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim")); err == nil {
+				t.Fatal("MountPod succeeded though NodeStageVolume failed")
+			}
+			if err := f.mgr.UnmountPod(ctx, "uid-a"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.driver.Calls(); !slices.Equal(got, tt.wantCalls) {
+				t.Fatalf("calls = %v, want %v", got, tt.wantCalls)
+			}
+		})
+	}
+	for _, code := range []codes.Code{codes.InvalidArgument, codes.DeadlineExceeded} {
+		t.Run("unstage "+code.String(), func(t *testing.T) {
+			ctx := context.Background()
+			pvc, pv := boundClaim("claim", "pv-1")
+			f := newCSIFixture(t, true, pvc, pv, csiDriverObject(false, false))
+			if _, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim")); err != nil {
+				t.Fatal(err)
+			}
+			f.driver.UnstageErr = status.Error(code, "injected")
+			if err := f.mgr.UnmountPod(ctx, "uid-a"); err == nil {
+				t.Fatal("UnmountPod succeeded though NodeUnstageVolume failed")
+			}
+			f.driver.UnstageErr = nil
+			if _, err := f.mgr.MountPod(ctx, claimPod("uid-b", "claim")); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"NodeStageVolume handle-pv-1", "NodePublishVolume handle-pv-1", "NodeUnpublishVolume handle-pv-1",
+				"NodeUnstageVolume handle-pv-1", "NodeStageVolume handle-pv-1", "NodePublishVolume handle-pv-1"}
+			if got := f.driver.Calls(); !slices.Equal(got, want) {
+				t.Fatalf("calls = %v, want %v", got, want)
+			}
+		})
+	}
+}

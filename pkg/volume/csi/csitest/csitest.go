@@ -35,8 +35,10 @@ type Driver struct {
 	// target in a fake mount table); OnUnpublish at each unpublish.
 	OnPublish   func(req *csipb.NodePublishVolumeRequest)
 	OnUnpublish func(req *csipb.NodeUnpublishVolumeRequest)
-	// UnpublishErr, when set, is what NodeUnpublishVolume answers.
-	UnpublishErr error
+	// UnpublishErr, when set, is what NodeUnpublishVolume answers;
+	// StageErr and UnstageErr likewise for NodeStageVolume and
+	// NodeUnstageVolume.
+	UnpublishErr, StageErr, UnstageErr error
 
 	mu    sync.Mutex
 	calls []string
@@ -106,11 +108,21 @@ func (d *Driver) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeS
 
 func (d *Driver) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
 	d.record("NodeStageVolume", req.GetVolumeId(), req)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.StageErr != nil {
+		return nil, d.StageErr
+	}
 	return &csipb.NodeStageVolumeResponse{}, nil
 }
 
 func (d *Driver) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	d.record("NodeUnstageVolume", req.GetVolumeId(), req)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.UnstageErr != nil {
+		return nil, d.UnstageErr
+	}
 	return &csipb.NodeUnstageVolumeResponse{}, nil
 }
 
