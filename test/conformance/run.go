@@ -248,6 +248,9 @@ func runGinkgo(ctx context.Context, cfg *harness.Config, bin, dir, repoList stri
 		"--disable-log-dump",
 		"--allowed-not-ready-nodes=0",
 		"--node-os-distro=debian",
+		// The storage specs' driver manifests name /var/lib/kubelet; e2e.test rewrites
+		// it to the node's root dir, which is the same for either node.
+		"--kubelet-root-dir=" + cfg.AgentRootDir(),
 		"--e2e-output-dir=" + filepath.Join(dir, "output"),
 	}
 	out := io.MultiWriter(opts.Out, logf)
