@@ -42,6 +42,22 @@ var groupPrefixes = []struct{ prefix, group string }{
 	{"[sig-storage] VolumeAttachment", "sig-storage CSI API objects"},
 	{"[sig-storage] CSIStorageCapacity", "sig-storage CSI API objects"},
 	{"[sig-storage] CSINodes", "sig-storage CSI API objects"},
+	{"[sig-storage] CSI Mock volume attach", "sig-storage CSI Mock attach"},
+	{"[sig-storage] CSI Mock volume fsgroup policies", "sig-storage CSI Mock fsGroup policy"},
+	{"[sig-storage] CSI Mock fsgroup as mount option", "sig-storage CSI Mock fsGroup mount option"},
+	{"[sig-storage] CSI Mock honor pv reclaim policy", "sig-storage CSI Mock reclaim policy"},
+	{"[sig-storage] CSI Mock volume limit", "sig-storage CSI Mock volume limit"},
+	{"[sig-storage] CSI Mock VolumeLimitScaling", "sig-storage CSI Mock volume limit scaling"},
+	{"[sig-storage] CSI Mock volume node stage", "sig-storage CSI Mock NodeStage errors"},
+	{"[sig-storage] CSI Mock volume service account token", "sig-storage CSI Mock service account token"},
+	{"[sig-storage] CSI Mock volume storage capacity", "sig-storage CSI Mock storage capacity"},
+	{"[sig-storage] CSI Mock workload info", "sig-storage CSI Mock workload info"},
+	{"[sig-storage] CSI Mock PVC Unused Condition", "sig-storage CSI Mock PVC unused"},
+	{"[sig-storage] CSI Mock volume expansion", "sig-storage CSI Mock expansion"},
+	{"[sig-storage] CSI Mock volume snapshot", "sig-storage CSI Mock snapshot"},
+	{"[sig-storage] CSI Mock selinux", "sig-storage CSI Mock SELinux"},
+	{"[sig-storage] CSI Mock Node Volume Health", "sig-storage CSI Mock volume health"},
+	{"[sig-storage] CSI Mock when kubelet restart", "sig-storage CSI Mock kubelet restart"},
 }
 
 // Group names the group of a spec: a known Describe, else its sig and first word.

@@ -102,6 +102,9 @@ func TestGroup(t *testing.T) {
 		{"[sig-node] Container Runtime blackbox test on terminated container [Conformance]", "sig-node runtime"},
 		{"[sig-storage] EmptyDir wrapper volumes should not conflict [Conformance]", "sig-storage emptyDir"},
 		{"[sig-storage] Subpath Atomic writer volumes should support subpaths [Conformance]", "sig-storage subPath"},
+		{"[sig-storage] CSI Mock volume limit CSI volume limit information using mock driver should report attach limit when limit is bigger than 0 [Slow]", "sig-storage CSI Mock volume limit"},
+		{"[sig-storage] CSI Mock VolumeLimitScaling scheduling [FeatureGate:VolumeLimitScaling] VolumeLimitScaling scheduling blocks scheduling", "sig-storage CSI Mock volume limit scaling"},
+		{"[sig-storage] CSI Mock volume storage capacity storage capacity unlimited", "sig-storage CSI Mock storage capacity"},
 		{"[sig-apps] Deployment should run [Conformance]", "sig-apps Deployment"},
 		{"[SynchronizedBeforeSuite]", "other"},
 	}
