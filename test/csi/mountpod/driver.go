@@ -17,10 +17,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"github.com/nodeagent/nodeagent/test/csi/endpoint"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -168,36 +167,12 @@ func (d *Driver) lockVolume(handle string) func() {
 	}
 }
 
-// socketPath returns the path of a unix endpoint: unix:///p, unix:/p, unix://p or p.
-func socketPath(endpoint string) (string, error) {
-	p := endpoint
-	if rest, ok := strings.CutPrefix(endpoint, "unix:"); ok {
-		p = strings.TrimPrefix(rest, "//")
-	} else if strings.Contains(endpoint, "://") {
-		return "", fmt.Errorf("endpoint %q: only unix sockets are served", endpoint)
-	}
-	if p == "" {
-		return "", fmt.Errorf("endpoint %q: no socket path", endpoint)
-	}
-	return p, nil
-}
-
 // Run serves on the endpoint until ctx ends, then stops the server and removes the socket.
 // A socket left behind by an earlier run is replaced. Calls under way when ctx ends get
 // five seconds to finish.
 func (d *Driver) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	path, err := socketPath(d.cfg.Endpoint)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket: %w", err)
-	}
-	lis, err := net.Listen("unix", path)
+	lis, path, err := endpoint.Listen(d.cfg.Endpoint)
 	if err != nil {
 		return err
 	}
