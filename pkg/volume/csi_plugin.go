@@ -77,12 +77,14 @@ type volData struct {
 // NodeStageVolume into the volume's global directory (once per node),
 // then NodePublishVolume into the pod's volume directory.
 type csiPlugin struct {
-	client   kubernetes.Interface
-	tokens   *tokenSource
-	drivers  *csi.Registry
-	nodeName string
-	layout   poddir.Layout
-	mounter  mounter
+	// attachWait bounds a pass's wait for a volume's attachment.
+	attachWait time.Duration
+	client     kubernetes.Interface
+	tokens     *tokenSource
+	drivers    *csi.Registry
+	nodeName   string
+	layout     poddir.Layout
+	mounter    mounter
 
 	mu      sync.Mutex
 	volumes map[string]*sync.Mutex // per volume (driver^handle): stage, publish and unstage in turn
@@ -105,7 +107,7 @@ type publishedVolume struct {
 }
 
 func newCSIPlugin(client kubernetes.Interface, tokens *tokenSource, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
-	return &csiPlugin{client: client, tokens: tokens, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{},
+	return &csiPlugin{attachWait: csi.CallTimeout, client: client, tokens: tokens, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{},
 		published: map[types.UID]map[string]publishedVolume{}}
 }
 
@@ -623,16 +625,41 @@ func fsGroupApplies(policy storagev1.FSGroupPolicy, cv *csiVolume) bool {
 	}
 }
 
+// errAttachPending is the error of an attachment not made or not done yet.
+var errAttachPending = errors.New("not attached yet")
+
 // waitAttached returns the publish context of the volume's attachment once
 // the attach/detach controller and the driver's attacher report it
-// attached; until then the volume fails and the pod's pass is retried.
+// attached. It waits in the pass, reading the attachment with a growing
+// pause (0.5 s to 5 s), for up to attachWait, as the kubelet waits for an
+// attachment before it mounts: no event while it waits, one failure when
+// the wait ends, and then the pass's own back-off. An attachment that
+// failed ends the wait at once.
 func (p *csiPlugin) waitAttached(ctx context.Context, name string, cv *csiVolume) (map[string]string, error) {
+	deadline := time.Now().Add(p.attachWait)
+	pause := 500 * time.Millisecond
+	for {
+		meta, err := p.attachment(ctx, name, cv)
+		if !errors.Is(err, errAttachPending) || !time.Now().Add(pause).Before(deadline) {
+			return meta, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(pause):
+		}
+		pause = min(pause*3/2, 5*time.Second)
+	}
+}
+
+// attachment reads the volume's attachment once.
+func (p *csiPlugin) attachment(ctx context.Context, name string, cv *csiVolume) (map[string]string, error) {
 	va, err := p.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
 	// The Node authorizer lets a node read only the attachments that name it: one not
 	// made yet is forbidden, not missing. (The kubelet never asks that early: it waits
 	// for the volume in node.status.volumesAttached first.)
 	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-		return nil, fmt.Errorf("volume %s (driver %s) is not attached yet: VolumeAttachment %s does not exist", cv.handle, cv.driver, name)
+		return nil, fmt.Errorf("volume %s (driver %s) is %w: VolumeAttachment %s does not exist", cv.handle, cv.driver, errAttachPending, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
@@ -648,7 +675,7 @@ func (p *csiPlugin) waitAttached(ctx context.Context, name string, cv *csiVolume
 		if e := va.Status.AttachError; e != nil {
 			return nil, fmt.Errorf("volume attachment %s failed: %s", name, e.Message)
 		}
-		return nil, fmt.Errorf("volume %s (driver %s) is not attached yet: VolumeAttachment %s is being attached", cv.handle, cv.driver, name)
+		return nil, fmt.Errorf("volume %s (driver %s) is %w: VolumeAttachment %s is being attached", cv.handle, cv.driver, errAttachPending, name)
 	}
 	return va.Status.AttachmentMetadata, nil
 }

@@ -77,6 +77,9 @@ func newCSIFixture(t *testing.T, register bool, objects ...runtime.Object) *csiF
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A pass that finds no attachment fails at once here; the wait itself
+	// has its own test.
+	mgr.pluginByName(csiPluginName).(*csiPlugin).attachWait = 0
 	return &csiFixture{sock: sock, mgr: mgr, driver: drv, fm: fm, client: client, reg: reg, root: mgr.layout.Root()}
 }
 
@@ -653,5 +656,48 @@ func TestCSIStageAndUnstageErrors(t *testing.T) {
 				t.Fatalf("calls = %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestCSIAttachmentAwaitedInThePass: an attachment that the attacher
+// completes while a pass waits lets that same pass stage and publish, with
+// no failure to report.
+func TestCSIAttachmentAwaitedInThePass(t *testing.T) {
+	ctx := context.Background()
+	pvc, pv := boundClaim("claim", "pv-1")
+	f := newCSIFixture(t, true, pvc, pv) // attachRequired by default
+	f.mgr.pluginByName(csiPluginName).(*csiPlugin).attachWait = 20 * time.Second
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachmentName("handle-pv-1", testDriver, "node-a")}}
+	if _, err := f.client.StorageV1().VolumeAttachments().Create(ctx, va, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: map[string]string{"dev": "/dev/y"}}
+		_, _ = f.client.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{})
+	}()
+	start := time.Now()
+	if _, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim")); err != nil {
+		t.Fatalf("the pass failed instead of waiting for the attachment: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the pass took %v", took)
+	}
+	if pub := f.driver.Last("NodePublishVolume").(*csipb.NodePublishVolumeRequest); pub.GetPublishContext()["dev"] != "/dev/y" {
+		t.Fatalf("publish context = %v", pub.GetPublishContext())
+	}
+
+	// An attachment that failed ends the wait at once, with its error.
+	pvc2, pv2 := boundClaim("other", "pv-2")
+	g := newCSIFixture(t, true, pvc2, pv2)
+	g.mgr.pluginByName(csiPluginName).(*csiPlugin).attachWait = 20 * time.Second
+	failed := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: attachmentName("handle-pv-2", testDriver, "node-a")},
+		Status: storagev1.VolumeAttachmentStatus{AttachError: &storagev1.VolumeError{Message: "no such disk"}}}
+	if _, err := g.client.StorageV1().VolumeAttachments().Create(ctx, failed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := g.mgr.MountPod(ctx, claimPod("uid-b", "other")); err == nil || !strings.Contains(err.Error(), "no such disk") || time.Since(start) > 5*time.Second {
+		t.Fatalf("err = %v after %v", err, time.Since(start))
 	}
 }
