@@ -66,3 +66,12 @@ func ignoreCanceled(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// pointers turns a list's items into what follow hands on: a pointer to each.
+func pointers[T any](items []T) []any {
+	out := make([]any, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}

@@ -91,11 +91,7 @@ func (at *attachTracker) follow(ctx context.Context, cs kubernetes.Interface) er
 			if err != nil {
 				return nil, "", err
 			}
-			items := make([]any, len(list.Items))
-			for i := range list.Items {
-				items[i] = &list.Items[i]
-			}
-			return items, list.ResourceVersion, nil
+			return pointers(list.Items), list.ResourceVersion, nil
 		},
 		watch: vas.Watch,
 	}

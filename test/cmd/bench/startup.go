@@ -265,11 +265,7 @@ func (tr *tracker) follow(ctx context.Context, cs kubernetes.Interface) error {
 			if err != nil {
 				return nil, "", err
 			}
-			items := make([]any, len(list.Items))
-			for i := range list.Items {
-				items[i] = &list.Items[i]
-			}
-			return items, list.ResourceVersion, nil
+			return pointers(list.Items), list.ResourceVersion, nil
 		},
 		watch: pods.Watch,
 	}
