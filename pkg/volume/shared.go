@@ -35,8 +35,10 @@ func (m *Manager) MakeRootShared() error {
 	return nil
 }
 
-// mountHolding finds the mount whose mount point is path or its nearest
-// ancestor: the last such line wins, as a later mount hides an earlier one.
+// mountHolding finds the mount that holds path: the last line of the mount table whose
+// mount point is path or an ancestor of it. Lines come in the order of mounting, and a
+// later mount hides whatever it covers: one deeper down sits on top of its parent, one
+// higher up (a bind over /var/lib, say) hides the deeper mounts made before it.
 func mountHolding(mps []mountPoint, path string) (mountPoint, bool) {
 	var best mountPoint
 	found := false
@@ -45,9 +47,7 @@ func mountHolding(mps []mountPoint, path string) (mountPoint, bool) {
 		if p != "/" && p != path && !strings.HasPrefix(path, p+"/") {
 			continue
 		}
-		if !found || len(p) >= len(filepath.Clean(best.path)) {
-			best, found = mp, true
-		}
+		best, found = mp, true
 	}
 	return best, found
 }

@@ -13,7 +13,10 @@ import (
 
 // AgentConfig is the KubeletConfiguration both agents get, so that nodeagent and the
 // upstream kubelet run side by side on exactly the same settings.
-func (c *Config) AgentConfig() string {
+func (c *Config) AgentConfig() string { return c.agentConfig(nodeAt(0)) }
+
+// agentConfig is node n's KubeletConfiguration: the nodes differ only in their cgroup root.
+func (c *Config) agentConfig(n Node) string {
 	rotate := "rotateCertificates: false\n"
 	if c.TLSBootstrap {
 		rotate = "rotateCertificates: true\nserverTLSBootstrap: true\n"
@@ -40,7 +43,7 @@ authentication:
     clientCAFile: %s
 authorization:
   mode: Webhook
-`, c.CRIEndpoint(), CgroupRoot, ClusterDNS, ClusterDomain, c.StaticPodDir(), rotate, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
+`, c.CRIEndpoint(), n.CgroupRoot(), ClusterDNS, ClusterDomain, c.StaticPodDir(), rotate, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
 }
 
 // StaticPodDir is the agents' staticPodPath: a manifest written there runs as a static
@@ -53,16 +56,28 @@ func (c *Config) AgentRootDir() string { return c.path("agent", "root") }
 
 // AgentArgs are the command-line flags of the node agent, as a kubeadm systemd drop-in
 // passes them.
-func (c *Config) AgentArgs() []string {
+func (c *Config) AgentArgs() []string { return c.agentArgs(nodeAt(0)) }
+
+// agentArgs are node n's agent flags. The paths are the same on every node (each sees its
+// own dirs there); with several nodes each agent makes its node's pod network itself.
+func (c *Config) agentArgs(n Node) []string {
+	kubeconfig := c.AgentKubeconfig()
+	if n.Index > 0 {
+		kubeconfig = c.path("pki", "kubelet-"+n.tag()+".conf")
+	}
 	args := []string{
 		"--config=" + c.path("agent", "config.yaml"),
-		"--kubeconfig=" + c.AgentKubeconfig(),
+		"--kubeconfig=" + kubeconfig,
 		"--container-runtime-endpoint=" + c.CRIEndpoint(),
-		"--node-ip=" + NodeIP,
-		"--hostname-override=" + NodeName,
+		"--node-ip=" + n.IP,
+		"--hostname-override=" + n.Name,
 		"--root-dir=" + c.AgentRootDir(),
 		"--cert-dir=" + c.AgentCertDir(),
 		"--v=2",
+	}
+	if c.PodNetwork == PodNetworkAgent {
+		args = append(args, "--pod-network=bridge", "--cni-conf-dir="+c.path("cni", "net.d"),
+			"--pod-network-bridge="+bridgeDev, "--cluster-cidr="+ClusterCIDR)
 	}
 	if c.TLSBootstrap {
 		args = append(args, "--bootstrap-kubeconfig="+c.BootstrapKubeconfig())
@@ -86,6 +101,10 @@ func (c *Config) AgentBinary(ctx context.Context) (string, error) {
 }
 
 func (c *Config) startAgent(ctx context.Context, upstreamBin string) error {
+	return c.startNodeAgent(ctx, nodeAt(0), upstreamBin)
+}
+
+func (c *Config) startNodeAgent(ctx context.Context, n Node, upstreamBin string) error {
 	var bin string
 	switch c.Agent {
 	case AgentNone:
@@ -100,11 +119,11 @@ func (c *Config) startAgent(ctx context.Context, upstreamBin string) error {
 		}
 	}
 	for _, d := range []string{"manifests", "root", "pki"} {
-		if err := os.MkdirAll(c.path("agent", d), 0o755); err != nil {
+		if err := os.MkdirAll(c.nodePath(n, "agent", d), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := writeFiles(c.path("agent"), map[string]string{"config.yaml": c.AgentConfig()}); err != nil {
+	if err := writeFiles(c.nodePath(n, "agent"), map[string]string{"config.yaml": c.agentConfig(n)}); err != nil {
 		return err
 	}
 	if c.TLSBootstrap {
@@ -112,10 +131,10 @@ func (c *Config) startAgent(ctx context.Context, upstreamBin string) error {
 			return err
 		}
 	}
-	if _, err := c.startDaemon("agent", bin, c.AgentArgs(), nil); err != nil {
+	if _, err := c.startNodeDaemon(n, "agent", bin, c.agentArgs(n), nil); err != nil {
 		return err
 	}
-	if err := c.waitNodeReady(ctx); err != nil {
+	if err := c.waitNodeReady(ctx, n); err != nil {
 		return err
 	}
 	if c.TLSBootstrap {
@@ -126,13 +145,13 @@ func (c *Config) startAgent(ctx context.Context, upstreamBin string) error {
 	return nil
 }
 
-func (c *Config) waitNodeReady(ctx context.Context) error {
+func (c *Config) waitNodeReady(ctx context.Context, n Node) error {
 	cs, err := c.Client()
 	if err != nil {
 		return err
 	}
-	return c.waitReady(ctx, "agent", 2*time.Minute, func(ctx context.Context) error {
-		node, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+	return c.waitReady(ctx, n.daemon("agent"), 2*time.Minute, func(ctx context.Context) error {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -141,7 +160,7 @@ func (c *Config) waitNodeReady(ctx context.Context) error {
 				return nil
 			}
 		}
-		return fmt.Errorf("node %s is not Ready yet", NodeName)
+		return fmt.Errorf("node %s is not Ready yet", n.Name)
 	})
 }
 
@@ -156,7 +175,7 @@ func (c *Config) StartAgent(ctx context.Context, extraArgs ...string) error {
 	if err := c.StartAgentNoWait(extraArgs...); err != nil {
 		return err
 	}
-	return c.waitNodeReady(ctx)
+	return c.waitNodeReady(ctx, nodeAt(0))
 }
 
 // StartAgentNoWait starts the node agent again as StartAgent does, without waiting for its

@@ -73,6 +73,18 @@ func Up(ctx context.Context, cfg *Config) error {
 		{"images pulled", cfg.pullImages},
 		{"node agent (" + cfg.Agent + ")", func(ctx context.Context) error { return cfg.startAgent(ctx, bin) }},
 	}
+	for _, n := range cfg.Nodes()[1:] {
+		more = append(more, struct {
+			name string
+			do   func(context.Context) error
+		}{"node " + n.Name, func(ctx context.Context) error { return cfg.startWholeNode(ctx, n, bin) }})
+	}
+	if cfg.NodeCount > 1 && cfg.PodNetwork == PodNetworkHarness {
+		more = append(more, struct {
+			name string
+			do   func(context.Context) error
+		}{"routes between nodes", cfg.harnessRoutes})
+	}
 	if cfg.CSIHostpath {
 		more = append(more, struct {
 			name string
@@ -122,6 +134,7 @@ func Down(ctx context.Context, cfg *Config) error {
 			errs = append(errs, err)
 		}
 	}
+	keep(cfg.stopNodes(ctx))
 	keep(cfg.stopDaemon(ctx, "agent", 30*time.Second))
 	if cfg.Running("containerd") {
 		keep(cfg.removeAllPods(ctx))

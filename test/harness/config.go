@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,7 +25,7 @@ import (
 const (
 	NodeName      = "nodeagent-node"
 	NodeIP        = "10.254.254.1"
-	nodeIPPrefix  = 30
+	lanPrefix     = 24 // the nodes' shared segment, 10.254.254.0/24
 	ServiceCIDR   = "10.96.0.0/16"
 	KubernetesSvc = "10.96.0.1"
 	ClusterDNS    = "10.96.0.10"
@@ -43,8 +44,7 @@ const (
 	etcdPeerURL          = "http://127.0.0.1:2380"
 	etcdMetricsURL       = "http://127.0.0.1:2381"
 
-	vethNode  = "na-node0" // carries NodeIP
-	vethPeer  = "na-node1" // dead end
+	vethNode  = "na-node0" // carried NodeIP in runs before the nodes shared a bridge
 	bridgeDev = "na-cni0"  // the pod bridge, made by the CNI bridge plugin
 	cniNet    = "nodeagent-pods"
 )
@@ -55,6 +55,12 @@ const (
 	RuntimeContainerd = "containerd"
 	// RuntimeContainerdDebian is Debian's containerd 1.6, to show an older CRI runtime works.
 	RuntimeContainerdDebian = "containerd-debian"
+)
+
+// Who makes the pod network (Config.PodNetwork).
+const (
+	PodNetworkHarness = "harness"
+	PodNetworkAgent   = "agent"
 )
 
 // Agents the harness can run as the node.
@@ -96,6 +102,17 @@ type Config struct {
 	// up` and the main e2e suite turn it on; other clusters (benchmarks, conformance, the
 	// TLS suite) run without it unless NODEAGENT_CSI_HOSTPATH=1. Needs a node agent.
 	CSIHostpath bool
+	// NodeCount is how many nodes the cluster has (env NODES, default 1, at most MaxNodes):
+	// the first in the machine's own namespaces, the others each in namespaces of its own
+	// (see Node). Several nodes need AgentNodeagent: each node's agent makes its pod network
+	// (--pod-network=bridge).
+	NodeCount int
+	// PodNetwork says who makes the nodes' pod network (env NODEAGENT_POD_NETWORK):
+	// PodNetworkHarness writes each node's CNI configuration (a bridge on the node's pod
+	// CIDR) and, with several nodes, the routes between them and the masquerade rule, as an
+	// administrator would; PodNetworkAgent has nodeagent make its own (--pod-network=bridge).
+	// Default: the agent's with several nodes of nodeagent, the harness's otherwise.
+	PodNetwork string
 	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
 	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
 	// sh behaves as the one in upstream's e2e images.
@@ -147,6 +164,34 @@ func (c *Config) Complete() error {
 			return fmt.Errorf("NODEAGENT_CERT_DURATION=%q: want a positive Go duration such as 2m", v)
 		}
 		c.CertDuration = d
+	}
+	if v := os.Getenv("NODES"); c.NodeCount == 0 && v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("NODES=%q: want a number of nodes", v)
+		}
+		c.NodeCount = n
+	}
+	if c.NodeCount == 0 {
+		c.NodeCount = 1
+	}
+	if c.NodeCount < 1 || c.NodeCount > MaxNodes {
+		return fmt.Errorf("%d nodes: want 1 to %d", c.NodeCount, MaxNodes)
+	}
+	if c.NodeCount > 1 && (c.Agent == AgentNone || c.TLSBootstrap || c.Runtime != RuntimeContainerd) {
+		return fmt.Errorf("%d nodes: several nodes run a node agent on containerd v2, without TLS bootstrap, for now", c.NodeCount)
+	}
+	if c.PodNetwork == "" {
+		c.PodNetwork = os.Getenv("NODEAGENT_POD_NETWORK")
+	}
+	if c.PodNetwork == "" {
+		c.PodNetwork = PodNetworkHarness
+		if c.NodeCount > 1 && c.Agent == AgentNodeagent {
+			c.PodNetwork = PodNetworkAgent
+		}
+	}
+	if c.PodNetwork != PodNetworkHarness && (c.PodNetwork != PodNetworkAgent || c.Agent != AgentNodeagent) {
+		return fmt.Errorf("pod network %q: want %q, or %q with nodeagent", c.PodNetwork, PodNetworkHarness, PodNetworkAgent)
 	}
 	if c.BusyboxBinary == "" {
 		c.BusyboxBinary = DebianBusybox

@@ -94,18 +94,20 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri",
 }
 
 // cniConflist is the pod network: a bridge with host-local IPAM on the node's pod CIDR,
-// and portmap for hostPort.
-func (c *Config) cniConflist() ([]byte, error) {
+// and portmap for hostPort. One node masquerades what leaves its pod CIDR through the
+// bridge plugin; with several, traffic between pod CIDRs keeps its pod IPs, and the
+// harness's own rule masquerades only what leaves the cluster CIDR (harnessRoutes).
+func (c *Config) cniConflist(n Node) ([]byte, error) {
 	_, _, _, _, _, ipam := c.containerdPaths()
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       cniNet,
 		"plugins": []any{
 			map[string]any{
-				"type": "bridge", "bridge": bridgeDev, "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"type": "bridge", "bridge": bridgeDev, "isGateway": true, "ipMasq": c.NodeCount == 1, "hairpinMode": true,
 				"ipam": map[string]any{
 					"type":    "host-local",
-					"ranges":  [][]map[string]string{{{"subnet": PodCIDR}}},
+					"ranges":  [][]map[string]string{{{"subnet": n.PodCIDR()}}},
 					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 					"dataDir": ipam,
 				},
@@ -118,33 +120,46 @@ func (c *Config) cniConflist() ([]byte, error) {
 
 // registryHosts maps each registry name to the local registry that serves it: the two
 // local endpoints themselves, and mirrors of the public registries whose images the tests
-// use, so that no pull ever leaves the machine.
-func registryHosts() map[string]string {
+// use, so that no pull ever leaves the machine. The other nodes reach the registries on the
+// shared segment, where their 127.0.0.1 is not the machine's.
+func registryHosts(n Node) map[string]string {
+	open, auth := RegistryAddr, AuthRegistry
+	if n.Index > 0 {
+		open, auth = lanRegistryAddr, lanAuthRegistry
+	}
 	return map[string]string{
-		RegistryAddr:      "http://" + RegistryAddr,
-		AuthRegistry:      "http://" + AuthRegistry,
-		"registry.k8s.io": "http://" + RegistryAddr,
-		"docker.io":       "http://" + RegistryAddr,
+		RegistryAddr:      "http://" + open,
+		AuthRegistry:      "http://" + auth,
+		"registry.k8s.io": "http://" + open,
+		"docker.io":       "http://" + open,
 	}
 }
 
-func (c *Config) writeContainerdConfig() error {
-	_, _, _, certs, cniConf, _ := c.containerdPaths()
-	for name, server := range registryHosts() {
+// writeContainerdConfig writes node n's runtime configuration into the node's own dirs.
+// The harness writes the pod network's CNI configuration unless the agent makes the pod
+// network itself.
+func (c *Config) writeContainerdConfig(n Node) error {
+	certs, cniConf := c.nodePath(n, "containerd", "certs.d"), c.nodePath(n, "cni", "net.d")
+	for name, server := range registryHosts(n) {
 		hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n", server, server)
 		// containerd looks a registry up by its "host:port" directory, verbatim.
 		if err := writeFiles(filepath.Join(certs, name), map[string]string{"hosts.toml": hosts}); err != nil {
 			return err
 		}
 	}
-	conflist, err := c.cniConflist()
-	if err != nil {
+	if err := os.MkdirAll(cniConf, 0o755); err != nil {
 		return err
 	}
-	if err := writeFiles(cniConf, map[string]string{"10-nodeagent.conflist": string(conflist)}); err != nil {
-		return err
+	if c.PodNetwork == PodNetworkHarness {
+		conflist, err := c.cniConflist(n)
+		if err != nil {
+			return err
+		}
+		if err := writeFiles(cniConf, map[string]string{"10-nodeagent.conflist": string(conflist)}); err != nil {
+			return err
+		}
 	}
-	return writeFiles(c.path("containerd"), map[string]string{"config.toml": c.containerdConfig()})
+	return writeFiles(c.nodePath(n, "containerd"), map[string]string{"config.toml": c.containerdConfig()})
 }
 
 // containerdBinary returns the containerd to run and the PATH it needs to find its shim.
@@ -160,18 +175,23 @@ func (c *Config) containerdBinary(ctx context.Context) (bin string, env []string
 }
 
 func (c *Config) startContainerd(ctx context.Context) error {
+	return c.startNodeContainerd(ctx, nodeAt(0))
+}
+
+func (c *Config) startNodeContainerd(ctx context.Context, n Node) error {
 	bin, env, err := c.containerdBinary(ctx)
 	if err != nil {
 		return err
 	}
-	if err := c.writeContainerdConfig(); err != nil {
+	if err := c.writeContainerdConfig(n); err != nil {
 		return err
 	}
-	if _, err := c.startDaemon("containerd", bin, []string{"--config", c.path("containerd", "config.toml")}, env); err != nil {
+	// The path of the config is the same on every node: each sees its own there.
+	if _, err := c.startNodeDaemon(n, "containerd", bin, []string{"--config", c.path("containerd", "config.toml")}, env); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, "containerd", time.Minute, func(ctx context.Context) error {
-		rt, _, closeFn, err := c.CRI(ctx)
+	return c.waitReady(ctx, n.daemon("containerd"), time.Minute, func(ctx context.Context) error {
+		rt, _, closeFn, err := c.NodeCRI(ctx, n)
 		if err != nil {
 			return err
 		}
@@ -189,9 +209,14 @@ func (c *Config) StopContainerd(ctx context.Context) error {
 // StartContainerd starts the runtime again after StopContainerd.
 func (c *Config) StartContainerd(ctx context.Context) error { return c.startContainerd(ctx) }
 
-// CRI dials the harness runtime's CRI socket.
+// CRI dials the first node's CRI socket.
 func (c *Config) CRI(ctx context.Context) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, func(), error) {
-	conn, err := grpc.NewClient("unix://"+c.criSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return c.NodeCRI(ctx, nodeAt(0))
+}
+
+// NodeCRI dials node n's CRI socket.
+func (c *Config) NodeCRI(ctx context.Context, n Node) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, func(), error) {
+	conn, err := grpc.NewClient(c.NodeCRIEndpoint(n), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, nil, nil, err
 	}

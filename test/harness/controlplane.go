@@ -75,10 +75,10 @@ func (c *Config) startAPIServer(ctx context.Context, bin string) error {
 	}
 	_, err := c.startDaemon("kube-apiserver", filepath.Join(bin, "kube-apiserver"), []string{
 		"--etcd-servers=" + etcdClientURL,
-		"--bind-address=127.0.0.1",
+		// On the nodes' segment, where every node reaches it (and only this machine does).
+		"--bind-address=" + NodeIP,
 		"--secure-port=" + strconv.Itoa(APIServerPort),
-		// The endpoint of the kubernetes service must not be loopback; the node IP is this
-		// machine's too (see README: pods cannot reach it yet, there is no service proxy).
+		// The endpoint of the kubernetes service: the address it listens on.
 		"--advertise-address=" + NodeIP,
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=Node,RBAC",

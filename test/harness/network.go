@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -26,17 +27,21 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// setupNetwork gives the node its IP on one end of a veth pair and routes the service and
-// cluster ranges into the pair's dead end, so that no packet for them leaves the machine
-// through the default route.
+// setupNetwork makes the nodes' shared segment: a bridge that carries the first node's IP
+// (NodeIP) in the machine's namespace, where the other nodes plug in. A veth pair whose far
+// end has no address keeps the bridge up with no other node. The service and cluster
+// ranges are routed onto the segment, so that no packet for them leaves the machine
+// through the default route: what no node or rule claims dies there.
 func (c *Config) setupNetwork(ctx context.Context) error {
 	steps := [][]string{
-		{"ip", "link", "add", vethNode, "type", "veth", "peer", "name", vethPeer},
-		{"ip", "addr", "add", fmt.Sprintf("%s/%d", NodeIP, nodeIPPrefix), "dev", vethNode},
-		{"ip", "link", "set", vethNode, "up"},
-		{"ip", "link", "set", vethPeer, "up"},
-		{"ip", "route", "replace", ServiceCIDR, "dev", vethNode},
-		{"ip", "route", "replace", ClusterCIDR, "dev", vethNode},
+		{"ip", "link", "add", lanBridge, "type", "bridge"},
+		{"ip", "addr", "add", fmt.Sprintf("%s/%d", NodeIP, lanPrefix), "dev", lanBridge},
+		{"ip", "link", "add", lanDead, "type", "veth", "peer", "name", lanDeadPeer},
+		{"ip", "link", "set", lanDead, "master", lanBridge, "up"},
+		{"ip", "link", "set", lanDeadPeer, "up"},
+		{"ip", "link", "set", lanBridge, "up"},
+		{"ip", "route", "replace", ServiceCIDR, "dev", lanBridge},
+		{"ip", "route", "replace", ClusterCIDR, "dev", lanBridge},
 	}
 	for _, s := range steps {
 		if _, err := run(ctx, s[0], s[1:]...); err != nil {
@@ -51,7 +56,12 @@ func (c *Config) setupNetwork(ctx context.Context) error {
 // network made. Missing pieces are fine: it runs after crashed runs too.
 func (c *Config) teardownNetwork(ctx context.Context) error {
 	var errs []string
-	for _, dev := range []string{vethNode, bridgeDev} {
+	// vethNode is the first node's link of older runs, before the nodes shared a bridge.
+	devs := []string{lanBridge, lanDead, vethNode, bridgeDev}
+	for i := 2; i <= MaxNodes; i++ {
+		devs = append(devs, "na-veth"+strconv.Itoa(i)) // gone with their node, unless it is stuck
+	}
+	for _, dev := range devs {
 		if linkExists(dev) {
 			if _, err := run(ctx, "ip", "link", "del", dev); err != nil {
 				errs = append(errs, err.Error())
@@ -59,8 +69,8 @@ func (c *Config) teardownNetwork(ctx context.Context) error {
 		}
 	}
 	for _, cidr := range []string{ServiceCIDR, ClusterCIDR} {
-		// Routes via vethNode went with it; only a route left by some other path remains.
-		if out, _ := run(ctx, "ip", "route", "show", cidr); strings.Contains(out, vethNode) {
+		// Routes via the segment went with it; only a route left by some other path remains.
+		if out, _ := run(ctx, "ip", "route", "show", cidr); strings.Contains(out, vethNode) || strings.Contains(out, lanBridge) {
 			_, _ = run(ctx, "ip", "route", "del", cidr)
 		}
 	}
@@ -100,7 +110,7 @@ func (c *Config) cleanIptables(ctx context.Context) error {
 		sc := bufio.NewScanner(strings.NewReader(out))
 		for sc.Scan() {
 			line := sc.Text()
-			if !strings.HasPrefix(line, "-A ") || !strings.Contains(line, cniNet) {
+			if !strings.HasPrefix(line, "-A ") || !harnessRule(line) {
 				continue
 			}
 			fields := splitRule(line)
@@ -137,6 +147,13 @@ func (c *Config) cleanIptables(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// harnessRule reports whether a line of iptables-save is a rule of the harness's pod
+// networks: the CNI network the harness writes, the one nodeagent writes with
+// --pod-network=bridge (network "nodeagent"), and nodeagent's own masquerade rules.
+func harnessRule(line string) bool {
+	return strings.Contains(line, cniNet) || strings.Contains(line, `\"nodeagent\"`) || strings.Contains(line, `"nodeagent:`)
 }
 
 // perContainerChain matches the chains the bridge and portmap plugins name after a

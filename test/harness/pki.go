@@ -31,8 +31,8 @@ type certSpec struct {
 }
 
 // clusterCerts are the identities of the harness, named as kubeadm names them.
-func clusterCerts() []certSpec {
-	return []certSpec{
+func (c *Config) clusterCerts() []certSpec {
+	certs := []certSpec{
 		{name: "apiserver", cn: "kube-apiserver", server: true,
 			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + ClusterDomain},
 			ips: []string{"127.0.0.1", KubernetesSvc, NodeIP}},
@@ -44,6 +44,10 @@ func clusterCerts() []certSpec {
 		{name: "scheduler", cn: "system:kube-scheduler", client: true},
 		{name: "node", cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}, client: true},
 	}
+	for _, n := range c.Nodes()[1:] {
+		certs = append(certs, certSpec{name: "node-" + n.tag(), cn: "system:node:" + n.Name, orgs: []string{"system:nodes"}, client: true})
+	}
+	return certs
 }
 
 // kubeconfigs maps each kubeconfig file to the certificate it carries.
@@ -83,7 +87,7 @@ func (c *Config) writePKI() error {
 	if err := writeCertKey(dir, "ca", caDER, caKey); err != nil {
 		return err
 	}
-	for i, spec := range clusterCerts() {
+	for i, spec := range c.clusterCerts() {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return err
@@ -132,6 +136,11 @@ func (c *Config) writePKI() error {
 			return err
 		}
 	}
+	for _, n := range c.Nodes()[1:] {
+		if err := c.writeKubeconfig(filepath.Join(dir, "kubelet-"+n.tag()+".conf"), "node-"+n.tag()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -140,7 +149,7 @@ func (c *Config) writeKubeconfig(path, cert string) error {
 	read := func(name string) []byte { b, _ := os.ReadFile(filepath.Join(dir, name)); return b }
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["nodeagent"] = &clientcmdapi.Cluster{
-		Server:                   fmt.Sprintf("https://127.0.0.1:%d", APIServerPort),
+		Server:                   APIServerURL(),
 		CertificateAuthorityData: read("ca.crt"),
 	}
 	cfg.AuthInfos[cert] = &clientcmdapi.AuthInfo{ClientCertificateData: read(cert + ".crt"), ClientKeyData: read(cert + ".key")}
@@ -148,6 +157,10 @@ func (c *Config) writeKubeconfig(path, cert string) error {
 	cfg.CurrentContext = "nodeagent"
 	return clientcmd.WriteToFile(*cfg, path)
 }
+
+// APIServerURL is the apiserver's address: on the first node's IP, where every node
+// reaches it.
+func APIServerURL() string { return fmt.Sprintf("https://%s:%d", NodeIP, APIServerPort) }
 
 func writeCertKey(dir, name string, der []byte, key crypto.Signer) error {
 	if err := os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {

@@ -31,6 +31,11 @@ func (c *Config) pidDir() string { return c.path("pids") }
 // records its pid. The daemon outlives the harness command; a goroutine reaps it if it exits
 // while the caller still runs.
 func (c *Config) startDaemon(name, bin string, args []string, env []string) (int, error) {
+	return c.startDaemonAttr(name, bin, args, env, &syscall.SysProcAttr{Setsid: true})
+}
+
+// startDaemonAttr is startDaemon with the process attributes given (namespaces to make).
+func (c *Config) startDaemonAttr(name, bin string, args, env []string, attr *syscall.SysProcAttr) (int, error) {
 	for _, d := range []string{c.pidDir(), c.LogDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return 0, err
@@ -44,7 +49,7 @@ func (c *Config) startDaemon(name, bin string, args []string, env []string) (int
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = attr
 	fmt.Fprintf(logf, "---- %s started by harness: %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w", name, err)

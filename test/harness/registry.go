@@ -12,6 +12,12 @@ import (
 
 const registryBin = "/usr/bin/docker-registry" // Debian's docker-registry (distribution v2)
 
+// The registries as the other nodes reach them, on the nodes' segment.
+const (
+	lanRegistryAddr = NodeIP + ":5000"
+	lanAuthRegistry = NodeIP + ":5001"
+)
+
 // startRegistries runs two registries on one storage: an open one on RegistryAddr and one
 // that demands RegistryUser's password on AuthRegistry, for pull-secret tests.
 func (c *Config) startRegistries(ctx context.Context) error {
@@ -47,21 +53,33 @@ http:
 `, storage, addr)
 	}
 	auth := fmt.Sprintf("auth:\n  htpasswd:\n    realm: nodeagent-harness\n    path: %s\n", htpasswd)
-	if err := writeFiles(c.path("registry"), map[string]string{
+	files := map[string]string{
 		"open.yml": base(RegistryAddr),
 		"auth.yml": base(AuthRegistry) + auth,
-	}); err != nil {
+	}
+	daemons := map[string]string{"registry": "open.yml", "registry-auth": "auth.yml"}
+	if c.NodeCount > 1 {
+		// The same two on the nodes' segment: the other nodes' 127.0.0.1 is their own.
+		files["open-lan.yml"], files["auth-lan.yml"] = base(lanRegistryAddr), base(lanAuthRegistry)+auth
+		daemons["registry-lan"], daemons["registry-auth-lan"] = "open-lan.yml", "auth-lan.yml"
+	}
+	if err := writeFiles(c.path("registry"), files); err != nil {
 		return err
 	}
-	for name, file := range map[string]string{"registry": "open.yml", "registry-auth": "auth.yml"} {
+	for name, file := range daemons {
 		if _, err := c.startDaemon(name, registryBin, []string{"serve", c.path("registry", file)}, nil); err != nil {
 			return err
 		}
 	}
-	if err := c.waitReady(ctx, "registry", 30*time.Second, func(ctx context.Context) error {
-		return httpExpect(ctx, http.DefaultClient, "http://"+RegistryAddr+"/v2/", "")
-	}); err != nil {
-		return err
+	for name, addr := range map[string]string{"registry": RegistryAddr, "registry-lan": lanRegistryAddr} {
+		if _, ok := daemons[name]; !ok {
+			continue
+		}
+		if err := c.waitReady(ctx, name, 30*time.Second, func(ctx context.Context) error {
+			return httpExpect(ctx, http.DefaultClient, "http://"+addr+"/v2/", "")
+		}); err != nil {
+			return err
+		}
 	}
 	return c.waitReady(ctx, "registry-auth", 30*time.Second, func(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+AuthRegistry+"/v2/", nil)

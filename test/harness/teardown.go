@@ -22,10 +22,13 @@ const CgroupRoot = "/nodeagent-harness"
 
 // removeAllPods stops and removes every pod sandbox through CRI, which makes the runtime
 // run CNI DEL (releasing IPs and iptables rules), drop the netns and unmount rootfs.
-func (c *Config) removeAllPods(ctx context.Context) error {
+func (c *Config) removeAllPods(ctx context.Context) error { return c.removeNodePods(ctx, nodeAt(0)) }
+
+// removeNodePods is removeAllPods on node n.
+func (c *Config) removeNodePods(ctx context.Context, n Node) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	rt, _, closeFn, err := c.CRI(ctx)
+	rt, _, closeFn, err := c.NodeCRI(ctx, n)
 	if err != nil {
 		return err
 	}
@@ -91,16 +94,19 @@ func killCgroupProcs(dir string) int {
 	return n
 }
 
-// cgroupDirs lists CgroupRoot in every mounted cgroup hierarchy where it exists.
+// cgroupDirs lists the nodes' cgroup roots in every mounted cgroup hierarchy where they exist.
 func (c *Config) cgroupDirs() []string {
 	var dirs []string
 	for _, m := range mounts() {
 		if m.fstype != "cgroup" && m.fstype != "cgroup2" {
 			continue
 		}
-		d := filepath.Join(m.point, CgroupRoot)
-		if _, err := os.Stat(d); err == nil {
-			dirs = append(dirs, d)
+		// The first node's root and the other nodes' (CgroupRoot-node2, …).
+		found, _ := filepath.Glob(filepath.Join(m.point, CgroupRoot) + "*")
+		for _, d := range found {
+			if base := filepath.Base(d); base == filepath.Base(CgroupRoot) || strings.HasPrefix(base, filepath.Base(CgroupRoot)+"-node") {
+				dirs = append(dirs, d)
+			}
 		}
 	}
 	return dirs
@@ -204,19 +210,28 @@ func (c *Config) unmountAll() error {
 // a kubelet's cgroupRoot: the agents expect it to exist.
 func (c *Config) createCgroupRoot() error {
 	for _, m := range mounts() {
-		if m.fstype != "cgroup" && m.fstype != "cgroup2" {
-			continue
+		for _, n := range c.Nodes() {
+			if err := createCgroup(m, n.CgroupRoot()); err != nil {
+				return err
+			}
 		}
-		d := filepath.Join(m.point, CgroupRoot)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-		// A v1 cpuset cgroup takes no process until its cpus and mems are set.
-		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			if v, err := os.ReadFile(filepath.Join(m.point, f)); err == nil {
-				if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
-					return err
-				}
+	}
+	return nil
+}
+
+func createCgroup(m mountEntry, root string) error {
+	if m.fstype != "cgroup" && m.fstype != "cgroup2" {
+		return nil
+	}
+	d := filepath.Join(m.point, root)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	// A v1 cpuset cgroup takes no process until its cpus and mems are set.
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		if v, err := os.ReadFile(filepath.Join(m.point, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+				return err
 			}
 		}
 	}

@@ -69,7 +69,7 @@ func (c *Config) setupTLSBootstrap(ctx context.Context) error {
 		return err
 	}
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["nodeagent"] = &clientcmdapi.Cluster{Server: fmt.Sprintf("https://127.0.0.1:%d", APIServerPort), CertificateAuthorityData: ca}
+	kc.Clusters["nodeagent"] = &clientcmdapi.Cluster{Server: APIServerURL(), CertificateAuthorityData: ca}
 	kc.AuthInfos["tls-bootstrap-token-user"] = &clientcmdapi.AuthInfo{Token: id + "." + secret}
 	kc.Contexts["tls-bootstrap"] = &clientcmdapi.Context{Cluster: "nodeagent", AuthInfo: "tls-bootstrap-token-user"}
 	kc.CurrentContext = "tls-bootstrap"

@@ -24,14 +24,18 @@ var cluster *harness.Config
 // Main brings up the shared cluster, runs the tests, and tears the cluster down (unless
 // NODEAGENT_KEEP=1). A cluster that does not come up fails the whole binary loudly.
 func Main(m *testing.M) {
-	os.Exit(mainCode(m))
+	// The suite's cluster is the user's: with the hostpath CSI driver of make up.
+	os.Exit(mainCode(m, &harness.Config{CSIHostpath: true}))
 }
 
-func mainCode(m *testing.M) int {
+// MainWith is Main for a suite whose cluster is shaped by cfg (several nodes, say).
+func MainWith(m *testing.M, cfg *harness.Config) {
+	os.Exit(mainCode(m, cfg))
+}
+
+func mainCode(m *testing.M, cfg *harness.Config) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	// The suite's cluster is the user's: with the hostpath CSI driver of make up.
-	cfg := &harness.Config{CSIHostpath: true}
 	if err := harness.Up(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the harness cluster did not come up: %v\n", err)
 		if derr := harness.Down(ctx, cfg); derr != nil {

@@ -42,8 +42,10 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		cmd := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		// The first node's cgroup root, and the other nodes' (CgroupRoot-node2, …).
 		ours := strings.HasPrefix(exe, cfg.CacheDir+"/") || strings.HasPrefix(exe, cfg.RunDir+"/") ||
 			strings.Contains(cmd, cfg.RunDir+"/") || strings.Contains(string(cg), ":"+harness.CgroupRoot+"/") ||
+			strings.Contains(string(cg), ":"+harness.CgroupRoot+"-node") ||
 			strings.HasSuffix(string(cg), ":"+harness.CgroupRoot+"\n")
 		if ours {
 			s.Processes = append(s.Processes, fmt.Sprintf("%d %s", pid, cmd))
@@ -66,10 +68,8 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 	}
 	f.Close()
 	for _, hier := range []string{"cpu", "memory", "pids", "cpuset", "blkio", "devices", "freezer", "systemd", "unified", "hugetlb", "net_cls", "perf_event", ""} {
-		d := filepath.Join("/sys/fs/cgroup", hier, harness.CgroupRoot)
-		if _, err := os.Stat(d); err == nil {
-			s.Cgroups = append(s.Cgroups, d)
-		}
+		found, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", hier, harness.CgroupRoot) + "*")
+		s.Cgroups = append(s.Cgroups, found...)
 	}
 	links, _ := os.ReadDir("/sys/class/net")
 	for _, l := range links {
@@ -88,14 +88,15 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 			continue
 		}
 		for _, line := range strings.Split(string(out), "\n") {
-			if strings.Contains(line, "nodeagent-pods") || strings.HasPrefix(line, ":CNI-") || strings.Contains(line, "-j CNI-") {
+			if strings.Contains(line, "nodeagent-pods") || strings.Contains(line, `"nodeagent:`) || strings.Contains(line, `\"nodeagent\"`) ||
+				strings.HasPrefix(line, ":CNI-") || strings.Contains(line, "-j CNI-") {
 				s.Iptables = append(s.Iptables, table+": "+line)
 			}
 		}
 	}
 	if out, err := exec.Command("ip", "route", "show").Output(); err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
-			if strings.Contains(line, "na-node0") || strings.Contains(line, "na-cni0") {
+			if strings.Contains(line, "na-node0") || strings.Contains(line, "na-cni0") || strings.Contains(line, "na-lan") {
 				s.Routes = append(s.Routes, line)
 			}
 		}
