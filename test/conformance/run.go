@@ -126,6 +126,7 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 	if err := cfg.Complete(); err != nil {
 		return nil, err
 	}
+	buildStart := time.Now()
 	bin, err := cfg.EnsureConformance(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("build the conformance suite: %w", err)
@@ -133,6 +134,7 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 	if cfg.BusyboxBinary, err = cfg.EnsureBusybox(ctx); err != nil {
 		return nil, fmt.Errorf("build busybox: %w", err)
 	}
+	cfg.ReportBuilds(buildStart)
 	dir := filepath.Join(cfg.ConformanceDir(), opts.Name)
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err

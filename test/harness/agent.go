@@ -92,9 +92,13 @@ func (c *Config) AgentKubeconfig() string { return c.path("pki", "kubelet.conf")
 func (c *Config) AgentCertDir() string { return c.path("agent", "pki") }
 
 // AgentBinary builds nodeagent from the repository into the run dir.
+// It says nothing unless the go tool compiles something: a cached build only links.
 func (c *Config) AgentBinary(ctx context.Context) (string, error) {
 	out := c.path("bin", "nodeagent")
-	if err := c.goCmd(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, "build", "-o", out, "./cmd/nodeagent"); err != nil {
+	p := c.startQuietBuild("nodeagent", "nodeagent")
+	err := runBuild(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, p, "go", "build", "-v", "-o", out, "./cmd/nodeagent")
+	p.end(err)
+	if err != nil {
 		return "", err
 	}
 	return out, nil

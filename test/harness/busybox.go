@@ -29,7 +29,7 @@ var busyboxDisabled = []string{"CONFIG_TC"}
 // cache, unless a previous run did, and returns the binary's path. The source comes through
 // apt (`apt-get source`) from the deb-src counterparts of this machine's own Debian sources;
 // it needs gcc, make and libc6-dev. About three minutes on 2 cores the first time.
-func (c *Config) EnsureBusybox(ctx context.Context) (string, error) {
+func (c *Config) EnsureBusybox(ctx context.Context) (_ string, err error) {
 	root := filepath.Join(c.CacheDir, "busybox")
 	bin := filepath.Join(root, "bin", "busybox")
 	if st, err := os.Stat(bin); err == nil && st.Mode()&0o111 != 0 {
@@ -47,7 +47,9 @@ func (c *Config) EnsureBusybox(ctx context.Context) (string, error) {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", err
 	}
-	c.Logf("building upstream busybox from source into %s (about 3 minutes the first time)", root)
+	p := c.startBuild("upstream busybox", []string{"busybox"}, "about 3 minutes on 2 cores")
+	defer func() { p.end(err) }()
+	p.setPhase("downloading its source")
 	tarball, err := c.downloadDebianOrig(ctx, "busybox", src)
 	if err != nil {
 		return "", err
@@ -59,6 +61,7 @@ func (c *Config) EnsureBusybox(ctx context.Context) (string, error) {
 	if _, err := run(ctx, "tar", "-xf", tarball, "-C", tree, "--strip-components=1"); err != nil {
 		return "", err
 	}
+	p.setPhase("configuring")
 	if _, err := runIn(ctx, tree, nil, "make", "defconfig"); err != nil {
 		return "", err
 	}
@@ -68,6 +71,7 @@ func (c *Config) EnsureBusybox(ctx context.Context) (string, error) {
 	if _, err := runIn(ctx, tree, nil, "make", "oldconfig"); err != nil {
 		return "", err
 	}
+	p.setPhase("compiling")
 	if _, err := runIn(ctx, tree, nil, "make", "-j"+strconv.Itoa(runtime.NumCPU()), "busybox"); err != nil {
 		return "", err
 	}

@@ -96,6 +96,7 @@ func Up(ctx context.Context, cfg *Config) error {
 			return err
 		}
 	}
+	cfg.ReportBuilds(start)
 	cfg.Logf("cluster up in %s; run dir %s", time.Since(start).Round(time.Second), cfg.RunDir)
 	return os.WriteFile(cfg.path("env"), []byte(cfg.Env()), 0o644)
 }
@@ -109,9 +110,11 @@ func (c *Config) Env() string {
 
 func (c *Config) step(ctx context.Context, name string, do func(context.Context) error) error {
 	start := time.Now()
+	c.record.beginStep(name)
 	if err := do(ctx); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	c.record.endStep(name, time.Since(start))
 	c.Logf("%-28s %s", name, time.Since(start).Round(10*time.Millisecond))
 	return nil
 }

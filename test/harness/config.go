@@ -119,6 +119,9 @@ type Config struct {
 	BusyboxBinary string
 	// Logf reports progress; default writes to stderr.
 	Logf func(format string, args ...any)
+
+	// record collects the steps' times and the builds for ReportBuilds; made by Complete.
+	record *buildRecord
 }
 
 // Complete fills defaults from the environment and validates the result.
@@ -198,6 +201,9 @@ func (c *Config) Complete() error {
 	}
 	if c.Logf == nil {
 		c.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...) }
+	}
+	if c.record == nil {
+		c.record = &buildRecord{}
 	}
 	switch c.Runtime {
 	case RuntimeContainerd, RuntimeContainerdDebian:

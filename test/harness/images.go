@@ -170,7 +170,10 @@ func (c *Config) buildPause(ctx context.Context) ([]byte, error) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return nil, err
 	}
-	if err := c.goCmd(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./test/images/pause"); err != nil {
+	p := c.startQuietBuild("pause image", "pause")
+	err := runBuild(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, p, "go", "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", out, "./test/images/pause")
+	p.end(err)
+	if err != nil {
 		return nil, err
 	}
 	return os.ReadFile(out)

@@ -33,8 +33,11 @@ func (c *Config) buildCSIImages(ctx context.Context, bbLayer v1.Layer) (map[stri
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
 	}
-	if err := c.goCmd(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, "build", "-trimpath", "-ldflags", "-s -w", "-o", out+"/",
-		"./test/images/csi-hostpath", "./test/images/csi-mountpod", "./test/images/csi-registrar"); err != nil {
+	p := c.startQuietBuild("CSI test images", "csi-hostpath", "csi-mountpod", "csi-registrar")
+	err := runBuild(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, p, "go", "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", out+"/",
+		"./test/images/csi-hostpath", "./test/images/csi-mountpod", "./test/images/csi-registrar")
+	p.end(err)
+	if err != nil {
 		return nil, err
 	}
 	single := func(bin string, under ...v1.Layer) (v1.Image, error) {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // moduleBinary is one command of a module from the Go module proxy, built in a copy of
@@ -29,15 +27,15 @@ func (c *Config) binDir(b moduleBinary) string {
 // ensureModuleBinary builds b into the cache unless a previous run did, and returns the
 // binary's path. It builds at the lowest CPU priority: a cold build of a sidecar takes
 // minutes on 2 cores and must not starve a cluster running beside it.
-func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (string, error) {
+func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (_ string, err error) {
 	bin := c.binDir(b)
 	out := filepath.Join(bin, b.name)
 	if complete(bin, map[string]string{b.name: b.pkg}) {
-		c.Logf("%s %s: cached in %s", b.name, b.version, bin)
 		return out, nil
 	}
-	start := time.Now()
-	c.Logf("%s %s: building from %s (minutes on 2 cores, once)", b.name, b.version, b.module)
+	p := c.startBuild(b.name+" "+b.version, []string{b.name}, "")
+	defer func() { p.end(err) }()
+	p.setPhase("downloading " + b.module)
 	mod, err := goModDownload(ctx, b.module+"@"+b.version)
 	if err != nil {
 		return "", err
@@ -60,12 +58,14 @@ func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (string
 		return "", err
 	}
 	ld := strings.TrimSpace("-s -w " + b.ldflags)
-	cmd := exec.CommandContext(ctx, "nice", "-n", "19", "go", "build", "-mod=mod", "-trimpath", "-ldflags", ld,
-		"-o", filepath.Join(tmp, b.name), b.pkg)
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	if outb, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build %s %s: %w\n%s", b.name, b.version, err, tail(outb, 4000))
+	env := []string{"CGO_ENABLED=0"}
+	flags := []string{"-mod=mod", "-trimpath"}
+	p.setPhase("downloading its dependencies")
+	p.expect(packagesToCompile(ctx, src, env, flags, b.pkg))
+	p.setPhase("")
+	args := append(append([]string{"nice", "-n", "19", "go", "build", "-v", "-ldflags", ld, "-o", filepath.Join(tmp, b.name)}, flags...), b.pkg)
+	if err := runBuild(ctx, src, env, p, args...); err != nil {
+		return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
 	}
 	if err := os.RemoveAll(bin); err != nil {
 		return "", err
@@ -77,7 +77,6 @@ func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (string
 	if err := os.RemoveAll(src); err != nil {
 		return "", err
 	}
-	c.Logf("%s %s: built in %s", b.name, b.version, time.Since(start).Round(time.Second))
 	return out, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -78,7 +79,7 @@ var upstreamBinaries = map[string]string{
 
 // EnsureUpstream builds the upstream binaries of the pinned version into the cache unless a
 // previous run did, and returns their directory.
-func (c *Config) EnsureUpstream(ctx context.Context) (string, error) {
+func (c *Config) EnsureUpstream(ctx context.Context) (_ string, err error) {
 	version, err := KubeVersion(c.RepoDir)
 	if err != nil {
 		return "", err
@@ -88,6 +89,9 @@ func (c *Config) EnsureUpstream(ctx context.Context) (string, error) {
 	if complete(bin, upstreamBinaries) {
 		return bin, nil
 	}
+	p := c.startBuild("upstream "+version, binaryNames(upstreamBinaries), "about 12 minutes on 2 cores")
+	defer func() { p.end(err) }()
+	p.setPhase("downloading modules")
 	staging := "v0." + strings.TrimPrefix(version, "v1.")
 	src := filepath.Join(root, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
@@ -133,14 +137,14 @@ func (c *Config) EnsureUpstream(ctx context.Context) (string, error) {
 		ld += fmt.Sprintf(" -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=1 -X %[1]s.gitMinor=%[3]s -X %[1]s.gitTreeState=clean -X %[1]s.buildDate=%[4]s",
 			p, version, minor, time.Now().UTC().Format(time.RFC3339))
 	}
-	if err := c.goBuild(ctx, src, bin, ld, nil, upstreamBinaries); err != nil {
+	if err := goBuild(ctx, p, src, bin, ld, nil, upstreamBinaries); err != nil {
 		return "", err
 	}
 	return bin, nil
 }
 
 // EnsureContainerd builds containerd v2, its runc shim and ctr into the cache.
-func (c *Config) EnsureContainerd(ctx context.Context) (string, error) {
+func (c *Config) EnsureContainerd(ctx context.Context) (_ string, err error) {
 	root := filepath.Join(c.CacheDir, "containerd-"+ContainerdVersion)
 	bin := filepath.Join(root, "bin")
 	const mod = "github.com/containerd/containerd/v2"
@@ -152,6 +156,9 @@ func (c *Config) EnsureContainerd(ctx context.Context) (string, error) {
 	if complete(bin, bins) {
 		return bin, nil
 	}
+	p := c.startBuild("containerd "+ContainerdVersion, binaryNames(bins), "about 2.5 minutes on 2 cores")
+	defer func() { p.end(err) }()
+	p.setPhase("downloading modules")
 	src := filepath.Join(root, "src")
 	gomod := fmt.Sprintf("module nodeagent.local/containerd\n\ngo 1.26.0\n\nrequire %s %s\n", mod, ContainerdVersion)
 	var tools strings.Builder
@@ -167,15 +174,17 @@ func (c *Config) EnsureContainerd(ctx context.Context) (string, error) {
 		return "", err
 	}
 	ld := "-s -w -X " + mod + "/version.Version=" + ContainerdVersion
-	if err := c.goBuild(ctx, src, bin, ld, []string{"-tags", "no_btrfs,no_devmapper,no_zfs"}, bins); err != nil {
+	if err := goBuild(ctx, p, src, bin, ld, []string{"-tags", "no_btrfs,no_devmapper,no_zfs"}, bins); err != nil {
 		return "", err
 	}
 	return bin, nil
 }
 
 // goBuild builds every package into a temporary directory and renames it into place, so a
-// build cut short never leaves a half-filled bin dir that looks complete.
-func (c *Config) goBuild(ctx context.Context, src, bin, ldflags string, extra []string, pkgs map[string]string) error {
+// build cut short never leaves a half-filled bin dir that looks complete. One go build makes
+// them all, which keeps the cores busy; p counts the packages it compiles (-v) and notes each
+// binary as it appears.
+func goBuild(ctx context.Context, p *buildProgress, src, bin, ldflags string, extra []string, pkgs map[string]string) error {
 	tmp := bin + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
@@ -183,26 +192,23 @@ func (c *Config) goBuild(ctx context.Context, src, bin, ldflags string, extra []
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err
 	}
-	args := append([]string{"build", "-trimpath", "-ldflags", ldflags, "-o", tmp + "/"}, extra...)
+	var paths []string
 	for _, pkg := range pkgs {
-		args = append(args, pkg)
+		paths = append(paths, pkg)
 	}
-	start := time.Now()
-	c.Logf("building %d binaries in %s (the first time takes about 10 minutes on 2 cores)", len(pkgs), filepath.Dir(bin))
-	if err := c.goCmd(ctx, src, []string{"CGO_ENABLED=0"}, args...); err != nil {
+	sort.Strings(paths)
+	env := []string{"CGO_ENABLED=0"}
+	flags := append([]string{"-trimpath"}, extra...)
+	p.setPhase("")
+	p.expect(packagesToCompile(ctx, src, env, flags, paths...))
+	p.watchFiles(binaryFiles(tmp, pkgs))
+	args := append(append([]string{"go", "build", "-v", "-ldflags", ldflags, "-o", tmp + "/"}, flags...), paths...)
+	if err := runBuild(ctx, src, env, p, args...); err != nil {
 		return err
 	}
-	// The go tool names a binary after the last path element of its package that is not a
-	// major version suffix (go.etcd.io/etcd/server/v3 builds "server").
 	for name, pkg := range pkgs {
-		elems := strings.Split(pkg, "/")
-		base := elems[len(elems)-1]
-		if len(elems) > 1 && len(base) > 1 && base[0] == 'v' && strings.Trim(base[1:], "0123456789") == "" {
-			base = elems[len(elems)-2]
-		}
-		built := filepath.Join(tmp, base)
-		if built != filepath.Join(tmp, name) {
-			if err := os.Rename(built, filepath.Join(tmp, name)); err != nil {
+		if base := goBinaryName(pkg); base != name {
+			if err := os.Rename(filepath.Join(tmp, base), filepath.Join(tmp, name)); err != nil {
 				return err
 			}
 		}
@@ -210,11 +216,17 @@ func (c *Config) goBuild(ctx context.Context, src, bin, ldflags string, extra []
 	if err := os.RemoveAll(bin); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return err
+	return os.Rename(tmp, bin)
+}
+
+// binaryNames are the names of the binaries of pkgs (name -> package), sorted.
+func binaryNames(pkgs map[string]string) []string {
+	var names []string
+	for name := range pkgs {
+		names = append(names, name)
 	}
-	c.Logf("built %s in %s", bin, time.Since(start).Round(time.Second))
-	return nil
+	sort.Strings(names)
+	return names
 }
 
 // moduleInfo is what `go mod download -json` tells of a module.
@@ -302,7 +314,7 @@ var conformanceSuites = []string{
 // EnsureConformance builds the upstream conformance suite (e2e.test) and the ginkgo CLI at
 // the pinned version into the upstream bin dir, after EnsureUpstream. The first build takes
 // about 15 minutes on 2 cores; it is not part of make test.
-func (c *Config) EnsureConformance(ctx context.Context) (string, error) {
+func (c *Config) EnsureConformance(ctx context.Context) (_ string, err error) {
 	bin, err := c.EnsureUpstream(ctx)
 	if err != nil {
 		return "", err
@@ -314,6 +326,9 @@ func (c *Config) EnsureConformance(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	p := c.startBuild("conformance suite "+version, []string{"e2e.test", "ginkgo"}, "about 15 minutes on 2 cores")
+	defer func() { p.end(err) }()
+	p.setPhase("downloading modules")
 	src := filepath.Join(c.CacheDir, "upstream-"+version, "src")
 	var tools strings.Builder
 	tools.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
@@ -327,16 +342,29 @@ func (c *Config) EnsureConformance(ctx context.Context) (string, error) {
 	if err := c.goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
 		return "", err
 	}
-	c.Logf("building e2e.test and ginkgo (the first time takes about 15 minutes on 2 cores)")
+	// The suites' packages first, with go build -v so that the packages can be counted as
+	// they compile (go test -c has no such output); go test -c then finds them in the build
+	// cache and compiles only the test package itself before linking.
+	env := []string{"CGO_ENABLED=0"}
+	p.setPhase("")
+	p.expect(packagesToCompile(ctx, src, env, []string{"-trimpath"}, conformanceSuites...))
+	if err := runBuild(ctx, src, env, p, append([]string{"go", "build", "-v", "-trimpath"}, conformanceSuites...)...); err != nil {
+		return "", err
+	}
 	minor := strings.SplitN(strings.TrimPrefix(version, "v1."), ".", 2)[0]
 	ld := fmt.Sprintf("-s -w -X k8s.io/component-base/version.gitVersion=%s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=%s", version, minor)
-	for _, step := range [][]string{
-		{"test", "-c", "-trimpath", "-ldflags", ld, "-o", filepath.Join(bin, "e2e.test.tmp"), "k8s.io/kubernetes/test/e2e"},
-		{"build", "-trimpath", "-o", filepath.Join(bin, "ginkgo"), "github.com/onsi/ginkgo/v2/ginkgo"},
+	for _, step := range []struct {
+		item string
+		args []string
+	}{
+		{"e2e.test", []string{"go", "test", "-c", "-trimpath", "-ldflags", ld, "-o", filepath.Join(bin, "e2e.test.tmp"), "k8s.io/kubernetes/test/e2e"}},
+		{"ginkgo", []string{"go", "build", "-v", "-trimpath", "-o", filepath.Join(bin, "ginkgo"), "github.com/onsi/ginkgo/v2/ginkgo"}},
 	} {
-		if err := c.goCmd(ctx, src, []string{"CGO_ENABLED=0"}, step...); err != nil {
+		p.setPhase("linking " + step.item)
+		if err := runBuild(ctx, src, env, p, step.args...); err != nil {
 			return "", err
 		}
+		p.built(step.item)
 	}
 	return bin, os.Rename(filepath.Join(bin, "e2e.test.tmp"), filepath.Join(bin, "e2e.test"))
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/nodeagent/nodeagent/test/harness"
 )
@@ -57,6 +58,7 @@ func run(ctx context.Context, cmd string) error {
 		if err := cfg.Complete(); err != nil {
 			return err
 		}
+		start := time.Now()
 		if _, err := cfg.EnsureUpstream(ctx); err != nil {
 			return err
 		}
@@ -64,24 +66,29 @@ func run(ctx context.Context, cmd string) error {
 			return err
 		}
 		if cfg.Runtime == harness.RuntimeContainerd {
-			_, err := cfg.EnsureContainerd(ctx)
-			return err
+			if _, err := cfg.EnsureContainerd(ctx); err != nil {
+				return err
+			}
 		}
+		cfg.ReportBuilds(start)
 		return nil
 	case "build-conformance":
 		if err := cfg.Complete(); err != nil {
 			return err
 		}
+		start := time.Now()
 		bb, err := cfg.EnsureBusybox(ctx)
 		if err != nil {
 			return err
 		}
 		bin, err := cfg.EnsureConformance(ctx)
-		if err == nil {
-			fmt.Println(bin)
-			fmt.Println(bb)
+		if err != nil {
+			return err
 		}
-		return err
+		cfg.ReportBuilds(start)
+		fmt.Println(bin)
+		fmt.Println(bb)
+		return nil
 	default:
 		return fmt.Errorf("unknown command %q: want up, down, env, build or build-conformance", cmd)
 	}
