@@ -28,9 +28,35 @@ func Main(m *testing.M) {
 	os.Exit(mainCode(m, &harness.Config{CSIHostpath: true}))
 }
 
-// MainWith is Main for a suite whose cluster is shaped by cfg (several nodes, say).
+// MainWith is Main for a suite whose cluster is shaped by cfg (several nodes, say). It
+// also checks that the teardown leaves nothing of the cluster on the machine.
 func MainWith(m *testing.M, cfg *harness.Config) {
-	os.Exit(mainCode(m, cfg))
+	if err := cfg.Complete(); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+	if err := cfg.Lock(); err != nil { // no other harness run changes the machine meanwhile
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		os.Exit(1)
+	}
+	before, err := ReadMachineState(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: read the machine's state:", err)
+		os.Exit(1)
+	}
+	code := mainCode(m, cfg)
+	if code == 0 && os.Getenv("NODEAGENT_KEEP") != "1" {
+		after, err := ReadMachineState(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: read the machine's state:", err)
+			os.Exit(1)
+		}
+		if left := Leftovers(before, after); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: the teardown left:\n  %s\n", strings.Join(left, "\n  "))
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func mainCode(m *testing.M, cfg *harness.Config) int {
