@@ -74,7 +74,7 @@ bench-micro:
 # run (a few fast specs, exit non-zero on any failure) is its last step. Results under
 # /var/lib/nodeagent-harness/conformance/<node>/. CONFORMANCE_NODE=kubelet runs the same
 # against the upstream kubelet; FOCUS, SKIP (ginkgo regexps) and PROCS override the defaults.
-export CONFORMANCE_NODE FOCUS SKIP PROCS
+export CONFORMANCE_NODE CONFORMANCE_SCOPE FOCUS SKIP PROCS
 conformance:
 	$(GO) run ./test/cmd/conformance
 

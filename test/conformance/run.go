@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +32,19 @@ const DefaultFocus = `\[sig-node\].*\[Conformance\]|\[sig-storage\] (ConfigMap|S
 // DefaultSkip leaves out what cannot share one node with other specs, and what upstream
 // itself marks unreliable. The suite skips specs that need more nodes than the cluster has.
 const DefaultSkip = `\[Serial\]|\[Disruptive\]|\[Flaky\]`
+
+// ScopeAll (Options.Scope) runs every [Conformance] spec of the release on a cluster of two
+// nodes with kube-proxy and cluster DNS: first every spec that may share the cluster, in
+// parallel, then the [Serial] ones alone, one at a time.
+const ScopeAll = "all"
+
+const (
+	allFocus        = `\[Conformance\]`
+	allParallelSkip = `\[Serial\]|\[Disruptive\]|\[Flaky\]`
+	allSerialFocus  = `\[Serial\].*\[Conformance\]|\[Conformance\].*\[Serial\]`
+	allSerialSkip   = `\[Disruptive\]|\[Flaky\]`
+	serialDir       = "serial" // the serial pass's report, below the run's results
+)
 
 // SmokeSpecs are a few fast, reliable conformance specs that touch the main paths of a
 // node: a pod's status, its environment, the downward API, logs, and the configMap,
@@ -59,6 +73,8 @@ func SmokeFocus() string {
 type Options struct {
 	// Agent is the node: harness.AgentNodeagent or harness.AgentKubelet.
 	Agent string
+	// Scope is "" for the node-local focus (DefaultFocus, one node) or ScopeAll.
+	Scope string
 	// Focus and Skip are ginkgo regular expressions on spec names. Default DefaultFocus
 	// and DefaultSkip.
 	Focus, Skip string
@@ -81,11 +97,21 @@ func (o *Options) complete() error {
 	default:
 		return fmt.Errorf("node %q: want %q or %q", o.Agent, harness.AgentNodeagent, harness.AgentKubelet)
 	}
-	if o.Focus == "" {
-		o.Focus = DefaultFocus
-	}
-	if o.Skip == "" {
-		o.Skip = DefaultSkip
+	switch o.Scope {
+	case "":
+		if o.Focus == "" {
+			o.Focus = DefaultFocus
+		}
+		if o.Skip == "" {
+			o.Skip = DefaultSkip
+		}
+	case ScopeAll:
+		if o.Focus != "" || o.Skip != "" {
+			return fmt.Errorf("scope %q sets its own focus and skip", o.Scope)
+		}
+		o.Focus, o.Skip = allFocus, allParallelSkip
+	default:
+		return fmt.Errorf("scope %q: want empty or %q", o.Scope, ScopeAll)
 	}
 	for _, re := range []string{o.Focus, o.Skip} {
 		if _, err := regexp.Compile(re); err != nil {
@@ -123,6 +149,9 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 		return nil, err
 	}
 	cfg.Agent = opts.Agent
+	if opts.Scope == ScopeAll && cfg.NodeCount == 0 {
+		cfg.NodeCount = 2
+	}
 	if err := cfg.Complete(); err != nil {
 		return nil, err
 	}
@@ -175,20 +204,25 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 	if err := writeImages(filepath.Join(dir, "images.txt"), pushed, missing); err != nil {
 		return nil, err
 	}
-	runErr := runGinkgo(ctx, cfg, bin, dir, repoList, opts)
-	meta := fmt.Sprintf("node: %s\ncommit: %s\nstarted: %s\nduration: %s\nfocus: %s\nskip: %s\nprocs: %d\n",
-		opts.Agent, gitCommit(cfg.RepoDir), start.UTC().Format(time.RFC3339), time.Since(start).Round(time.Second), opts.Focus, opts.Skip, opts.Procs)
+	runErr := runGinkgo(ctx, cfg, bin, dir, "ginkgo.log", repoList, opts.Focus, opts.Skip, opts.Procs, opts)
+	meta := fmt.Sprintf("node: %s\nnodes: %d\ncommit: %s\nstarted: %s\nfocus: %s\nskip: %s\nprocs: %d\n",
+		opts.Agent, cfg.NodeCount, gitCommit(cfg.RepoDir), start.UTC().Format(time.RFC3339), opts.Focus, opts.Skip, opts.Procs)
+	if opts.Scope == ScopeAll && ctx.Err() == nil {
+		serial := filepath.Join(dir, serialDir)
+		if err := os.MkdirAll(serial, 0o755); err != nil {
+			return nil, err
+		}
+		serialErr := runGinkgo(ctx, cfg, bin, serial, "ginkgo.log", repoList, allSerialFocus, allSerialSkip, 1, opts)
+		runErr = errors.Join(runErr, serialErr)
+		meta += fmt.Sprintf("serial focus: %s\nserial skip: %s\nserial procs: 1\n", allSerialFocus, allSerialSkip)
+	}
+	meta += fmt.Sprintf("duration: %s\n", time.Since(start).Round(time.Second))
 	if err := os.WriteFile(filepath.Join(dir, "run.txt"), []byte(meta), 0o644); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(filepath.Join(dir, "junit_01.xml"))
+	sum, err := LoadSummary(dir)
 	if err != nil {
-		return nil, fmt.Errorf("no JUnit report (ginkgo: %v): %w", runErr, err)
-	}
-	defer f.Close()
-	sum, err := ParseJUnit(f)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (ginkgo: %v)", err, runErr)
 	}
 	var text bytes.Buffer
 	if err := sum.WriteText(&text); err != nil {
@@ -198,6 +232,36 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 		return nil, err
 	}
 	return &Result{Summary: sum, Dir: dir}, nil
+}
+
+// LoadSummary reads the JUnit report of a run's results dir: the parallel pass's, and the
+// serial pass's below it when the run had one.
+func LoadSummary(dir string) (*Summary, error) {
+	var all *Summary
+	for _, d := range []string{dir, filepath.Join(dir, serialDir)} {
+		f, err := os.Open(filepath.Join(d, "junit_01.xml"))
+		if errors.Is(err, os.ErrNotExist) && all != nil {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("no JUnit report: %w", err)
+		}
+		sum, err := ParseJUnit(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		if all == nil {
+			all = sum
+			continue
+		}
+		all.Passed += sum.Passed
+		all.Failed += sum.Failed
+		all.Skipped += sum.Skipped
+		all.Specs = append(all.Specs, sum.Specs...)
+	}
+	sort.SliceStable(all.Specs, func(i, j int) bool { return all.Specs[i].Name < all.Specs[j].Name })
+	return all, nil
 }
 
 // listImages asks e2e.test which images the suite uses, as KUBE_TEST_REPO_LIST maps them.
@@ -226,17 +290,17 @@ func listImages(ctx context.Context, bin, repoList string) ([]string, error) {
 // runGinkgo runs e2e.test through the ginkgo CLI, its output both to opts.Out and to
 // ginkgo.log. A failed spec makes ginkgo exit non-zero; that is the report's business, so
 // the error only matters when no report was written.
-func runGinkgo(ctx context.Context, cfg *harness.Config, bin, dir, repoList string, opts Options) error {
-	logf, err := os.Create(filepath.Join(dir, "ginkgo.log"))
+func runGinkgo(ctx context.Context, cfg *harness.Config, bin, dir, logName, repoList, focus, skip string, procs int, opts Options) error {
+	logf, err := os.Create(filepath.Join(dir, logName))
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
 	args := []string{
-		"--procs=" + strconv.Itoa(opts.Procs),
+		"--procs=" + strconv.Itoa(procs),
 		"--timeout=" + opts.Timeout.String(),
-		"--focus=" + opts.Focus,
-		"--skip=" + opts.Skip,
+		"--focus=" + focus,
+		"--skip=" + skip,
 		"--no-color",
 		"--silence-skips",
 		// A spec stuck this long prints where it waits.
@@ -254,6 +318,8 @@ func runGinkgo(ctx context.Context, cfg *harness.Config, bin, dir, repoList stri
 		// it to the node's root dir, which is the same for either node.
 		"--kubelet-root-dir=" + cfg.AgentRootDir(),
 		"--e2e-output-dir=" + filepath.Join(dir, "output"),
+		// Every node must be Ready, and the suite knows how many to expect.
+		"--num-nodes=" + strconv.Itoa(cfg.NodeCount),
 	}
 	out := io.MultiWriter(opts.Out, logf)
 	fmt.Fprintf(out, "conformance: ginkgo %s\n", strings.Join(args, " "))

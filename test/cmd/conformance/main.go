@@ -6,8 +6,9 @@
 //	conformance            the default focus: sig-node and node-local sig-storage [Conformance] specs
 //	conformance -smoke     a few fast specs; exits non-zero on any failure
 //	conformance -compare   the Markdown table of docs/conformance.md from the last nodeagent and kubelet runs
+//	conformance -scope=all every [Conformance] spec on two nodes (results in <node>-all/)
 //
-// Settings from the environment (flags win): CONFORMANCE_NODE (nodeagent | kubelet), FOCUS,
+// Settings from the environment (flags win): CONFORMANCE_NODE (nodeagent | kubelet), CONFORMANCE_SCOPE, FOCUS,
 // SKIP, PROCS; the harness's own (NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR, NODEAGENT_RUNTIME).
 package main
 
@@ -30,6 +31,7 @@ func main() {
 	procs, _ := strconv.Atoi(os.Getenv("PROCS"))
 	opts := conformance.Options{}
 	smoke := flag.Bool("smoke", false, "run the smoke subset (conformance.SmokeSpecs) and exit non-zero on any failure")
+	flag.StringVar(&opts.Scope, "scope", os.Getenv("CONFORMANCE_SCOPE"), "empty for the node-local focus on one node, or \"all\": every [Conformance] spec on two nodes, the [Serial] ones alone after the rest")
 	flag.StringVar(&opts.Agent, "node", envOr("CONFORMANCE_NODE", harness.AgentNodeagent), "the node agent: nodeagent or kubelet")
 	flag.StringVar(&opts.Focus, "focus", os.Getenv("FOCUS"), "ginkgo focus regexp (default: sig-node and node-local sig-storage [Conformance] specs)")
 	flag.StringVar(&opts.Skip, "skip", os.Getenv("SKIP"), "ginkgo skip regexp (default: "+conformance.DefaultSkip+")")
@@ -38,7 +40,7 @@ func main() {
 	compare := flag.Bool("compare", false, "print the per-group table of the last nodeagent and kubelet runs (for docs/conformance.md) and exit")
 	flag.Parse()
 	if *compare {
-		if err := writeComparison(&harness.Config{}); err != nil {
+		if err := writeComparison(&harness.Config{}, opts.Scope); err != nil {
 			fmt.Fprintln(os.Stderr, "conformance:", err)
 			os.Exit(1)
 		}
@@ -49,6 +51,8 @@ func main() {
 			opts.Focus = conformance.SmokeFocus()
 		}
 		opts.Name = "smoke-" + opts.Agent
+	} else if opts.Scope != "" {
+		opts.Name = opts.Agent + "-" + opts.Scope
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -73,20 +77,18 @@ func main() {
 	}
 }
 
-func writeComparison(cfg *harness.Config) error {
+func writeComparison(cfg *harness.Config, scope string) error {
 	if err := cfg.Complete(); err != nil {
 		return err
 	}
 	var sums []*conformance.Summary
 	for _, node := range []string{harness.AgentNodeagent, harness.AgentKubelet} {
-		f, err := os.Open(filepath.Join(cfg.ConformanceDir(), node, "junit_01.xml"))
+		if scope != "" {
+			node += "-" + scope
+		}
+		sum, err := conformance.LoadSummary(filepath.Join(cfg.ConformanceDir(), node))
 		if err != nil {
 			return err
-		}
-		sum, err := conformance.ParseJUnit(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.Name(), err)
 		}
 		sums = append(sums, sum)
 	}
