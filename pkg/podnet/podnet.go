@@ -17,10 +17,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -83,16 +86,25 @@ func (c *Config) validate() error {
 
 // Manager keeps the node's pod network in place.
 type Manager struct {
-	cfg   Config
-	nodes corelisters.NodeLister
-	// informer feeds nodes; started by Run.
-	factory  informers.SharedInformerFactory
-	informer cache.SharedIndexInformer
-	wake     chan struct{}
+	cfg Config
+	// self is this node's Node, watched by name (the node's credentials
+	// may always read it): the configuration and rules follow it.
+	self         corelisters.NodeLister
+	selfFactory  informers.SharedInformerFactory
+	selfInformer cache.SharedIndexInformer
+	// nodes are all Nodes, for the routes. Reading them takes a grant
+	// beyond the node authorizer's (deploy/pod-network/rbac.yaml); until
+	// they are listed, routes are left as they are.
+	nodes         corelisters.NodeLister
+	nodesFactory  informers.SharedInformerFactory
+	nodesInformer cache.SharedIndexInformer
+	wake          chan struct{}
 
-	// Observed between passes, to log changes once rather than every pass.
-	conflist   []byte
-	waitLogged bool
+	// Observed between passes, to log a state once rather than every pass.
+	conflist        []byte
+	waitLogged      bool
+	routesWaitSaid  bool
+	forbiddenLogged atomic.Bool
 }
 
 // New validates cfg and builds a Manager.
@@ -107,11 +119,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.ResyncPeriod = defaultResyncPeriod
 	}
 	m := &Manager{cfg: cfg, wake: make(chan struct{}, 1)}
-	m.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
-	nodes := m.factory.Core().V1().Nodes()
-	m.nodes = nodes.Lister()
-	m.informer = nodes.Informer()
-	_, err := m.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { m.poke() },
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*v1.Node)
@@ -121,11 +129,38 @@ func New(cfg Config) (*Manager, error) {
 			}
 		},
 		DeleteFunc: func(any) { m.poke() },
-	})
-	if err != nil {
+	}
+	m.selfFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+		}))
+	self := m.selfFactory.Core().V1().Nodes()
+	m.self, m.selfInformer = self.Lister(), self.Informer()
+	m.nodesFactory = informers.NewSharedInformerFactory(cfg.Client, 0)
+	nodes := m.nodesFactory.Core().V1().Nodes()
+	m.nodes, m.nodesInformer = nodes.Lister(), nodes.Informer()
+	for _, inf := range []cache.SharedIndexInformer{m.selfInformer, m.nodesInformer} {
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return nil, fmt.Errorf("podnet: watch nodes: %w", err)
+		}
+	}
+	if err := m.nodesInformer.SetWatchErrorHandlerWithContext(m.nodesWatchError); err != nil {
 		return nil, fmt.Errorf("podnet: watch nodes: %w", err)
 	}
 	return m, nil
+}
+
+// nodesWatchError tells once, plainly, what a node identity without the
+// grant to read all Nodes needs; other errors go the informer's usual way.
+func (m *Manager) nodesWatchError(ctx context.Context, r *cache.Reflector, err error) {
+	if apierrors.IsForbidden(err) {
+		if !m.forbiddenLogged.Swap(true) {
+			klog.FromContext(ctx).Error(err, "The pod network cannot read the other Nodes, so it routes to none of them: "+
+				"grant the nodes list and watch on Nodes (deploy/pod-network/rbac.yaml binds it to the group system:nodes)")
+		}
+		return
+	}
+	cache.DefaultWatchErrorHandler(ctx, r, err)
 }
 
 // poke wakes Run without ever blocking.
@@ -149,11 +184,11 @@ func routingChanged(o, n *v1.Node) bool {
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("podnet")
 	ctx = klog.NewContext(ctx, logger)
-	m.factory.Start(ctx.Done())
-	defer m.factory.Shutdown()
-	// Until every Node is listed, a missing one cannot be told from a
-	// deleted one: no route is removed before.
-	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+	m.selfFactory.Start(ctx.Done())
+	defer m.selfFactory.Shutdown()
+	m.nodesFactory.Start(ctx.Done())
+	defer m.nodesFactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), m.selfInformer.HasSynced) {
 		return nil
 	}
 	retry := retryInitial
@@ -185,7 +220,7 @@ func (m *Manager) conflistPath() string {
 // sync brings the machine in line with the Nodes once.
 func (m *Manager) sync(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	self, err := m.nodes.Get(m.cfg.NodeName)
+	self, err := m.self.Get(m.cfg.NodeName)
 	if apierrors.IsNotFound(err) {
 		m.logWait(logger, "Pod network waits for the Node to be registered")
 		return nil
@@ -203,10 +238,13 @@ func (m *Manager) sync(ctx context.Context) error {
 	}
 	m.waitLogged = false
 	for _, c := range podCIDRs {
+		if m.conflist != nil {
+			break // said at the first pass
+		}
 		if sameFamily(m.cfg.ClusterCIDRs, c.IP.To4() == nil) == nil {
-			logger.Info("The node's pod CIDR has no cluster CIDR of its family: its traffic is not masqueraded", "podCIDR", c)
+			logger.Info("The node's pod CIDR has no cluster CIDR of its family: its traffic is not masqueraded", "podCIDR", c.String())
 		} else if cl := sameFamily(m.cfg.ClusterCIDRs, c.IP.To4() == nil); !cl.Contains(c.IP) {
-			logger.Info("The node's pod CIDR is outside the cluster CIDR", "podCIDR", c, "clusterCIDR", cl)
+			logger.Info("The node's pod CIDR is outside the cluster CIDR", "podCIDR", c.String(), "clusterCIDR", cl.String())
 		}
 	}
 
@@ -264,6 +302,16 @@ func (m *Manager) sync(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("record pod network state: %w", err))
 		}
 	}
+	// Until every Node is listed, a missing one cannot be told from a
+	// deleted one: no route is added or removed before.
+	if !m.nodesInformer.HasSynced() {
+		if !m.routesWaitSaid {
+			logger.Info("Routes to other nodes' pods wait for the list of Nodes")
+			m.routesWaitSaid = true
+		}
+		return errors.Join(errs...)
+	}
+	m.routesWaitSaid = false
 	nodes, err := m.nodes.List(labels.Everything())
 	if err != nil {
 		errs = append(errs, err)
@@ -299,9 +347,9 @@ func (m *Manager) writeConflist(ctx context.Context, podCIDRs []*net.IPNet, ipam
 	logger := klog.FromContext(ctx)
 	switch {
 	case m.conflist != nil || (len(have) > 0 && isOurConflist(have)):
-		logger.Info("Rewrote the CNI configuration: the node's pod CIDRs or settings changed", "path", path, "podCIDRs", podCIDRs)
+		logger.Info("Rewrote the CNI configuration: the node's pod CIDRs or settings changed", "path", path, "podCIDRs", cidrStrings(podCIDRs))
 	default:
-		logger.Info("Wrote the CNI configuration", "path", path, "podCIDRs", podCIDRs, "bridge", m.cfg.Bridge)
+		logger.Info("Wrote the CNI configuration", "path", path, "podCIDRs", cidrStrings(podCIDRs), "bridge", m.cfg.Bridge)
 	}
 	m.conflist = want
 	return nil
@@ -358,17 +406,17 @@ func syncRoutes(ctx context.Context, table RouteTable, want []Route) error {
 			errs = append(errs, err)
 			continue
 		}
-		logger.Info("Route to a node's pods in place", "podCIDR", r.Dst, "via", r.Gw)
+		logger.Info("Route to a node's pods in place", "podCIDR", r.Dst.String(), "via", r.Gw.String())
 	}
 	for _, r := range plan.remove {
 		if err := table.Delete(r); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		logger.Info("Removed the route to pods of a node that is gone or changed", "podCIDR", r.Dst, "via", r.Gw)
+		logger.Info("Removed the route to pods of a node that is gone or changed", "podCIDR", r.Dst.String(), "via", r.Gw.String())
 	}
 	for _, r := range plan.conflicts {
-		logger.V(2).Info("Not routing a node's pods: a route the agent did not make has that destination", "podCIDR", r.Dst, "via", r.Gw)
+		logger.V(2).Info("Not routing a node's pods: a route the agent did not make has that destination", "podCIDR", r.Dst.String(), "via", r.Gw.String())
 	}
 	return errors.Join(errs...)
 }
@@ -396,4 +444,12 @@ func stateEqual(a, b *state) bool {
 		}
 	}
 	return true
+}
+
+func cidrStrings(cidrs []*net.IPNet) []string {
+	out := make([]string, 0, len(cidrs))
+	for _, c := range cidrs {
+		out = append(out, c.String())
+	}
+	return out
 }

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 )
@@ -46,8 +48,9 @@ func newScenario(t *testing.T, kernel *fakeKernel, root, conf string, nodes ...r
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), m.informer.HasSynced) {
+	m.selfFactory.Start(ctx.Done())
+	m.nodesFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), m.selfInformer.HasSynced, m.nodesInformer.HasSynced) {
 		t.Fatal("informer did not sync")
 	}
 	return &scenario{t: t, ctx: ctx, client: client, kernel: kernel, m: m, root: root, conf: conf}
@@ -60,7 +63,14 @@ func (s *scenario) sync() {
 	for {
 		want, _ := s.client.CoreV1().Nodes().List(s.ctx, metav1.ListOptions{})
 		have, _ := s.m.nodes.List(labelsEverything())
-		if sameNodes(want.Items, have) {
+		self, _ := s.m.self.List(labelsEverything())
+		var wantSelf []v1.Node
+		for _, n := range want.Items {
+			if n.Name == "self" {
+				wantSelf = append(wantSelf, n)
+			}
+		}
+		if sameNodes(want.Items, have) && sameNodes(wantSelf, selfOnly(self)) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -71,6 +81,17 @@ func (s *scenario) sync() {
 	if err := s.m.sync(s.ctx); err != nil {
 		s.t.Fatalf("sync: %v", err)
 	}
+}
+
+// selfOnly drops other nodes: the fake clientset ignores field selectors.
+func selfOnly(nodes []*v1.Node) []*v1.Node {
+	var out []*v1.Node
+	for _, n := range nodes {
+		if n.Name == "self" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func sameNodes(want []v1.Node, have []*v1.Node) bool {
@@ -320,3 +341,53 @@ func TestRemoveFailureKeepsTheRecord(t *testing.T) {
 }
 
 func labelsEverything() labels.Selector { return labels.Everything() }
+
+// A node whose credentials may read only its own Node (the node
+// authorizer's default) still gets its configuration and rules; routes
+// wait, and no route of an earlier run is removed meanwhile.
+func TestManagerWithoutTheGrantToListNodes(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset(
+		testNode("self", []string{"10.244.0.0/24"}, "InternalIP=192.168.0.1"),
+		testNode("b", []string{"10.244.1.0/24"}, "InternalIP=192.168.0.2"),
+	)
+	client.PrependReactor("list", "nodes", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.(k8stesting.ListAction).GetListRestrictions().Fields.Empty() {
+			return true, nil, apierrors.NewForbidden(v1.Resource("nodes"), "", errors.New("node 'self' cannot read all nodes, only its own Node object"))
+		}
+		return false, nil, nil
+	})
+	kernel := newFakeKernel()
+	kernel.routes.table = []TableRoute{{Route: route("10.244.7.0/24", "192.168.0.7"), Ours: true}}
+	cluster, _ := ParseClusterCIDRs("10.244.0.0/16")
+	conf := t.TempDir()
+	m, err := New(Config{NodeName: "self", Client: client, RootDir: t.TempDir(), ConfDir: conf, Bridge: "na-cni0",
+		ClusterCIDRs: cluster, Kernel: kernel, ResyncPeriod: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- m.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(conf, ConflistName)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no conflist without the grant to list Nodes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if got := kernel.routes.strings(); !reflect.DeepEqual(got, []string{"10.244.7.0/24 via 192.168.0.7 ours"}) {
+		t.Errorf("routes = %v", got)
+	}
+	if !m.forbiddenLogged.Load() {
+		t.Error("the missing grant was not reported")
+	}
+}
