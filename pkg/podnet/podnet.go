@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -188,6 +189,17 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer m.selfFactory.Shutdown()
 	m.nodesFactory.Start(ctx.Done())
 	defer m.nodesFactory.Shutdown()
+	// The routes wait for all Nodes; a pass once they are listed makes
+	// them without waiting for the next resync.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if cache.WaitForCacheSync(ctx.Done(), m.nodesInformer.HasSynced) {
+			m.poke()
+		}
+	}()
 	if !cache.WaitForCacheSync(ctx.Done(), m.selfInformer.HasSynced) {
 		return nil
 	}

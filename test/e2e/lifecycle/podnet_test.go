@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeagent/nodeagent/pkg/podnet"
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
@@ -128,8 +130,11 @@ func TestPodNetworkBridge(t *testing.T) {
 		}
 		return fmt.Errorf("ping pod: %s", p.Status.Phase)
 	})
-	// Their network is torn down through the agent's configuration while it is there.
+	// Their network is torn down through the agent's configuration while it is there, and
+	// their stopped sandboxes removed (the runtime would tear a stopped sandbox's network down
+	// again through whatever configuration is current then).
 	deletePods(ctx, t, cs, "podnet-server", "podnet-client")
+	removeSandboxes(ctx, t, cfg, "podnet-server", "podnet-client")
 
 	// Off again: the agent removes what it made, and nothing else.
 	if err := cfg.StopAgent(ctx); err != nil {
@@ -174,6 +179,7 @@ func TestPodNetworkBridge(t *testing.T) {
 	})
 	runPod(ctx, t, cs, "podnet-after", corev1.RestartPolicyAlways, "sleep", "3600")
 	deletePods(ctx, t, cs, "podnet-after")
+	removeSandboxes(ctx, t, cfg, "podnet-after")
 	downAndAssertClean(ctx, t, cfg, before)
 }
 
@@ -233,4 +239,27 @@ func deletePods(ctx context.Context, t *testing.T, cs kubernetes.Interface, name
 		}
 		return nil
 	})
+}
+
+// removeSandboxes removes the pods' sandboxes from the runtime, as the kubelet's garbage
+// collection does some time after a pod is gone.
+func removeSandboxes(ctx context.Context, t *testing.T, cfg *harness.Config, names ...string) {
+	t.Helper()
+	rt, _, closeFn, err := cfg.CRI(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range resp.Items {
+		if !slices.Contains(names, sb.GetMetadata().GetName()) {
+			continue
+		}
+		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			t.Fatalf("remove the sandbox of %s: %v", sb.GetMetadata().GetName(), err)
+		}
+	}
 }
