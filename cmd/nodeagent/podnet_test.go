@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodeagent/nodeagent/pkg/podnet"
 )
 
 func TestPodNetworkFlags(t *testing.T) {
@@ -65,5 +69,23 @@ func TestPodNetworkFlags(t *testing.T) {
 			}
 			tt.check(t, cfg)
 		})
+	}
+}
+
+// With the setting off, the pod network is left alone unless an earlier run
+// recorded one under the root dir: most users never turn it on, and their
+// agents must not so much as call iptables.
+func TestPodNetworkOffTouchesNothingWithoutARecord(t *testing.T) {
+	root := t.TempDir()
+	cfg := &agentConfig{rootDir: root}
+	run, err := newPodNetwork(t.Context(), cfg, nil)
+	if err != nil || run != nil {
+		t.Fatalf("newPodNetwork = %v, %v; want nothing to run", run != nil, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, podnet.StateFileName), []byte(`{}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if run, err = newPodNetwork(t.Context(), cfg, nil); err != nil || run == nil {
+		t.Fatalf("with a record: newPodNetwork = %v, %v; want its removal", run != nil, err)
 	}
 }
