@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/podnet"
 )
 
 // flags holds the command line as given. Flags that mirror a
@@ -29,6 +31,12 @@ type flags struct {
 	cloudProvider            string
 	podInfraContainerImage   string
 	version                  string
+
+	// The agent's own pod network (pkg/podnet), off by default.
+	podNetwork       string
+	cniConfDir       string
+	podNetworkBridge string
+	clusterCIDR      string
 
 	fs *pflag.FlagSet
 	// unsupported holds the known kubelet flags nodeagent accepts but ignores.
@@ -92,6 +100,10 @@ func newFlags(klogFlags *flag.FlagSet) *flags {
 	fs.StringVar(&f.cloudProvider, "cloud-provider", "", "Cloud provider: empty or \"external\".")
 	fs.StringVar(&f.podInfraContainerImage, "pod-infra-container-image", "", "Deprecated and ignored: the runtime chooses the sandbox image.")
 	fs.StringVar(&f.version, "version", "", "Print the version and exit.")
+	fs.StringVar(&f.podNetwork, "pod-network", "", "The agent's own pod network, for clusters without a CNI DaemonSet: \"bridge\" writes the runtime's CNI configuration from the Node's spec.podCIDRs, routes other nodes' pod CIDRs via their InternalIPs (host-gw) and masquerades traffic leaving --cluster-cidr. Empty (the default) leaves pod networking to a CNI plugin, and removes what an earlier \"bridge\" made.")
+	fs.StringVar(&f.cniConfDir, "cni-conf-dir", defaultCNIConfDir, "The runtime's CNI configuration directory, where --pod-network=bridge writes "+podnet.ConflistName+".")
+	fs.StringVar(&f.podNetworkBridge, "pod-network-bridge", defaultPodNetworkBridge, "Bridge device of --pod-network=bridge.")
+	fs.StringVar(&f.clusterCIDR, "cluster-cidr", "", "The cluster's pod range(s), comma-separated, one per IP family (the controller-manager's --cluster-cidr); required with --pod-network=bridge: pod traffic to anywhere else is masqueraded.")
 	fs.Lookup("version").NoOptDefVal = "true"
 
 	for _, name := range []string{"v", "vmodule"} {

@@ -34,6 +34,9 @@ type agentConfig struct {
 	// stats' runtime system container.
 	runtimeCgroups string
 	version        string
+	// podNetwork is the agent's own pod network (--pod-network=bridge);
+	// nil when off.
+	podNetwork *podNetworkConfig
 
 	evictionHard   map[string]node.Threshold
 	kubeReserved   v1.ResourceList
@@ -95,6 +98,9 @@ func buildConfig(f *flags) (*agentConfig, []string, error) {
 	}
 	if cfg.rootDir == "" || !filepath.IsAbs(cfg.rootDir) {
 		return nil, warnings, fmt.Errorf("--root-dir: %q must be an absolute path", cfg.rootDir)
+	}
+	if cfg.podNetwork, err = buildPodNetworkConfig(f); err != nil {
+		return nil, warnings, err
 	}
 	cfg.certDir = f.certDir
 	if cfg.certDir == "" {

@@ -268,6 +268,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	podNetwork, err := newPodNetwork(ctx, cfg, client)
+	if err != nil {
+		return err
+	}
+
 	// Everything is built; start it all.
 	g, gctx := errgroup.WithContext(ctx)
 	if healthz != nil {
@@ -291,6 +296,9 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return staticPods.Run(gctx) })
 	g.Go(func() error { return mirrors.Run(gctx) })
 	g.Go(func() error { return csiNode.Run(gctx) })
+	if podNetwork != nil {
+		g.Go(func() error { return podNetwork(gctx) })
+	}
 	g.Go(func() error {
 		envInformers.Start(gctx.Done())
 		<-gctx.Done()
