@@ -65,6 +65,12 @@ func Up(ctx context.Context, cfg *Config) error {
 		{"etcd", func(ctx context.Context) error { return cfg.startEtcd(ctx, bin) }},
 		{"kube-apiserver", func(ctx context.Context) error { return cfg.startAPIServer(ctx, bin) }},
 		{"RBAC", cfg.bootstrapRBAC},
+		{"pod network RBAC", func(ctx context.Context) error {
+			if cfg.PodNetwork != PodNetworkAgent {
+				return nil
+			}
+			return cfg.ApplyPodNetworkRBAC(ctx)
+		}},
 		{"kube-controller-manager", func(ctx context.Context) error { return cfg.startControllerManager(ctx, bin) }},
 		{"kube-scheduler", func(ctx context.Context) error { return cfg.startScheduler(ctx, bin) }},
 		{"registries", cfg.startRegistries},

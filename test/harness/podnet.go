@@ -28,7 +28,7 @@ func (c *Config) CNIConfDir() string {
 // agent with --pod-network=bridge wrote or removed, so that later tests get the harness's
 // network.
 func (c *Config) RestoreCNIConfig() error {
-	conflist, err := c.cniConflist()
+	conflist, err := c.cniConflist(nodeAt(0))
 	if err != nil {
 		return err
 	}
