@@ -41,12 +41,14 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 
-# One cluster per suite; the lifecycle suite checks the teardown of the first; csi-sanity
+# One cluster per suite; the lifecycle suite checks the teardown of the first; the multinode
+# suite runs two nodes (NODES=2) and checks that nothing of either is left; csi-sanity
 # checks the project's hostpath CSI driver on this machine, without a cluster; the TLS suite
 # runs last, on a cluster of its own.
 e2e:
 	$(GO) test -tags e2e -count=1 -p 1 -parallel 4 -timeout 60m -v $(E2E_FLAGS) ./test/e2e/
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/lifecycle/
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/multinode/
 	$(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/csisanity/
 	$(MAKE) e2e-tls
 
