@@ -1,0 +1,187 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// kube-proxy runs as a process beside the node agent, one per node, in iptables mode.
+// Until the harness runs it as a static pod, each node's kube-proxy is a daemon of the
+// harness named kube-proxy (the first node) or kube-proxy-<node>.
+const (
+	kubeProxyDaemon      = "kube-proxy"
+	kubeProxyHealthzPort = 10256
+	kubeProxyMetricsPort = 10249
+)
+
+// KubeProxyKubeconfig is kube-proxy's kubeconfig: a client certificate for the user
+// system:kube-proxy, which the default RBAC binds to system:node-proxier.
+func (c *Config) KubeProxyKubeconfig() string { return c.path("pki", "kube-proxy.conf") }
+
+// kubeProxyConfig is the KubeProxyConfiguration of the kube-proxy of the node nodeName at
+// nodeIP, reaching the apiserver through kubeconfig.
+//
+// It is made to leave the machine as it found it once its rules are cleaned up: kube-proxy
+// writes no global sysctl or module parameter. conntrack.maxPerCore 0 leaves
+// nf_conntrack_max alone and the zero timeouts leave conntrack's; NodePorts answer on the
+// node IP alone, so that kube-proxy has no reason to set route_localnet for localhost
+// NodePorts. Its health and metrics servers listen on the node IP, so that nodes sharing
+// a network namespace do not collide.
+func (c *Config) kubeProxyConfig(nodeName, nodeIP, kubeconfig string) string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %[3]s
+hostnameOverride: %[1]s
+bindAddress: %[2]s
+healthzBindAddress: %[2]s:%[4]d
+metricsBindAddress: %[2]s:%[5]d
+mode: iptables
+clusterCIDR: %[6]s
+detectLocalMode: ClusterCIDR
+nodePortAddresses: [%[2]s/32]
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`, nodeName, nodeIP, kubeconfig, kubeProxyHealthzPort, kubeProxyMetricsPort, ClusterCIDR)
+}
+
+// kubeProxyArgs is kube-proxy's command line with its configuration file at configPath.
+func (c *Config) kubeProxyArgs(configPath string) []string {
+	return []string{"--config=" + configPath, "--v=2"}
+}
+
+// kubeProxyHealthz is the health URL of the kube-proxy of the node at nodeIP: 200 once
+// it has written the rules of the Services it was told of.
+func kubeProxyHealthz(nodeIP string) string {
+	return "http://" + net.JoinHostPort(nodeIP, strconv.Itoa(kubeProxyHealthzPort)) + "/healthz"
+}
+
+// KubeProxyConfigPath is where the first node's kube-proxy reads its configuration.
+func (c *Config) KubeProxyConfigPath() string { return c.path("kube-proxy", "config.yaml") }
+
+// startKubeProxy starts the first node's kube-proxy from the upstream bin dir and waits
+// until it serves: healthy, and the kubernetes Service in its KUBE-SERVICES chain.
+func (c *Config) startKubeProxy(ctx context.Context, upstreamBin string) error {
+	cfgPath := c.KubeProxyConfigPath()
+	if err := writeFiles(filepath.Dir(cfgPath), map[string]string{
+		filepath.Base(cfgPath): c.kubeProxyConfig(NodeName, NodeIP, c.KubeProxyKubeconfig()),
+	}); err != nil {
+		return err
+	}
+	if _, err := c.startDaemon(kubeProxyDaemon, filepath.Join(upstreamBin, "kube-proxy"), c.kubeProxyArgs(cfgPath), nil); err != nil {
+		return err
+	}
+	return c.waitReady(ctx, kubeProxyDaemon, time.Minute, func(ctx context.Context) error {
+		if err := httpExpect(ctx, http.DefaultClient, kubeProxyHealthz(NodeIP), ""); err != nil {
+			return err
+		}
+		out, err := run(ctx, "iptables", "-t", "nat", "-S", "KUBE-SERVICES")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, KubernetesSvc+"/32") {
+			return fmt.Errorf("no rule for the kubernetes Service (%s) in KUBE-SERVICES yet", KubernetesSvc)
+		}
+		return nil
+	})
+}
+
+// cleanupKubeProxy removes what a kube-proxy left in the kernel, from this run or a killed
+// earlier one: `kube-proxy --cleanup` deletes its jumps from the built-in chains, the
+// KUBE-* chains of its iptables and ipvs modes (KUBE-SERVICES, KUBE-NODEPORTS,
+// KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD, KUBE-PROXY-FIREWALL,
+// KUBE-EXTERNAL-SERVICES, KUBE-PROXY-CANARY, the per-Service KUBE-SVC-/KUBE-SEP-/...
+// chains) in IPv4 and IPv6, and the kube-proxy tables of its nftables mode; nothing else
+// (the kubelet's KUBE-KUBELET-CANARY, KUBE-FIREWALL and KUBE-IPTABLES-HINT stay). It runs
+// only while no kube-proxy of the harness runs, and only when some rule of kube-proxy is
+// there, so that Down on a machine that never ran one costs nothing.
+func (c *Config) cleanupKubeProxy(ctx context.Context) error {
+	if c.Running(kubeProxyDaemon) {
+		return errors.New("kube-proxy still runs: stop it before cleaning up its rules")
+	}
+	if len(kubeProxyLeftovers(ctx)) == 0 {
+		return nil
+	}
+	version, err := KubeVersion(c.RepoDir)
+	if err != nil {
+		return err
+	}
+	bin := filepath.Join(c.BinDir(version), "kube-proxy")
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("kube-proxy rules are left but no kube-proxy binary to remove them: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "--cleanup", "--v=2").CombinedOutput(); err != nil {
+		return fmt.Errorf("kube-proxy --cleanup: %w\n%s", err, tail(out, 3000))
+	}
+	if left := kubeProxyLeftovers(ctx); len(left) > 0 {
+		return fmt.Errorf("kube-proxy --cleanup left: %s", strings.Join(left, "; "))
+	}
+	return nil
+}
+
+// kubeletChains are the chains the upstream kubelet makes (the harness runs it for
+// comparison) and never removes; they are not kube-proxy's.
+var kubeletChains = map[string]bool{"KUBE-KUBELET-CANARY": true, "KUBE-FIREWALL": true, "KUBE-IPTABLES-HINT": true}
+
+// kubeProxyLeftovers lists the chains of kube-proxy in the iptables and ip6tables tables it
+// writes, and its nftables tables, as "<command> <table>: <chain>".
+func kubeProxyLeftovers(ctx context.Context) []string {
+	var out []string
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		if _, err := exec.LookPath(save); err != nil {
+			continue
+		}
+		for _, table := range []string{"nat", "filter", "mangle"} {
+			text, err := run(ctx, save, "-t", table)
+			if err != nil {
+				continue
+			}
+			for _, chain := range kubeProxyChains(text) {
+				out = append(out, save+" "+table+": "+chain)
+			}
+		}
+	}
+	if _, err := exec.LookPath("nft"); err == nil {
+		for _, family := range []string{"ip", "ip6"} {
+			if _, err := run(ctx, "nft", "list", "table", family, "kube-proxy"); err == nil {
+				out = append(out, "nft table "+family+" kube-proxy")
+			}
+		}
+	}
+	return out
+}
+
+// kubeProxyChains returns the KUBE-* chains declared in iptables-save output, but the
+// kubelet's.
+func kubeProxyChains(save string) []string {
+	var out []string
+	for _, line := range strings.Split(save, "\n") {
+		name, ok := strings.CutPrefix(line, ":")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		if strings.HasPrefix(name, "KUBE-") && !kubeletChains[name] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
