@@ -21,7 +21,8 @@ type MachineState struct {
 	Cgroups   []string // the harness's cgroup root in any hierarchy
 	Links     []string // network interfaces
 	Netns     []string // named network namespaces (ip netns)
-	Iptables  []string // rules and chains of the harness's CNI network
+	Iptables  []string // rules and chains of the harness's CNI network, and kube-proxy's
+	Nftables  []string // kube-proxy's nftables tables
 	Routes    []string // routes through the harness's interfaces
 }
 
@@ -94,6 +95,30 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 			}
 		}
 	}
+	// kube-proxy's chains, in both families and every table it writes. The upstream
+	// kubelet's own chains (the harness runs it for comparison; it never removes them)
+	// are not the harness's to remove.
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		for _, table := range []string{"nat", "filter", "mangle"} {
+			out, err := exec.Command(save, "-t", table).Output()
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				chain, _, _ := strings.Cut(strings.TrimPrefix(line, ":"), " ")
+				if strings.HasPrefix(line, ":KUBE-") && !kubeletChains[chain] {
+					s.Iptables = append(s.Iptables, save+" "+table+": "+line)
+				}
+			}
+		}
+	}
+	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "table" && f[2] == "kube-proxy" {
+				s.Nftables = append(s.Nftables, line)
+			}
+		}
+	}
 	if out, err := exec.Command("ip", "route", "show").Output(); err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
 			if strings.Contains(line, "na-node0") || strings.Contains(line, "na-cni0") || strings.Contains(line, "na-lan") {
@@ -103,6 +128,9 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 	}
 	return s, nil
 }
+
+// kubeletChains are the upstream kubelet's chains.
+var kubeletChains = map[string]bool{"KUBE-KUBELET-CANARY": true, "KUBE-FIREWALL": true, "KUBE-IPTABLES-HINT": true}
 
 // Leftovers compares after with the state before the harness ran, and lists what the
 // harness left behind: anything of its own, and any interface or netns that is new.
@@ -117,6 +145,7 @@ func Leftovers(before, after MachineState) []string {
 	add("mount", after.Mounts)
 	add("cgroup", after.Cgroups)
 	add("iptables", after.Iptables)
+	add("nftables", after.Nftables)
 	add("route", after.Routes)
 	add("interface", newItems(before.Links, after.Links))
 	add("netns", newItems(before.Netns, after.Netns))
