@@ -150,7 +150,7 @@ func Down(ctx context.Context, cfg *Config) error {
 		keep(cfg.removeAllPods(ctx))
 	}
 	keep(cfg.stopAll(ctx, daemonOrder))
-	keep(cfg.cleanupKubeProxy(ctx))
+	keep(cfg.cleanupKubeChains(ctx))
 	keep(cfg.killStaleContainers(ctx))
 	unmountErr := cfg.unmountAll()
 	keep(unmountErr)

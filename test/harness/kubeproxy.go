@@ -102,48 +102,103 @@ func (c *Config) startKubeProxy(ctx context.Context, upstreamBin string) error {
 	})
 }
 
-// cleanupKubeProxy removes what a kube-proxy left in the kernel, from this run or a killed
-// earlier one: `kube-proxy --cleanup` deletes its jumps from the built-in chains, the
+// cleanupKubeChains removes what a kube-proxy left in the kernel, from this run or a killed
+// earlier one, and the chains of the upstream kubelet. `kube-proxy --cleanup` deletes its jumps from the built-in chains, the
 // KUBE-* chains of its iptables and ipvs modes (KUBE-SERVICES, KUBE-NODEPORTS,
 // KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD, KUBE-PROXY-FIREWALL,
 // KUBE-EXTERNAL-SERVICES, KUBE-PROXY-CANARY, the per-Service KUBE-SVC-/KUBE-SEP-/...
-// chains) in IPv4 and IPv6, and the kube-proxy tables of its nftables mode; nothing else
-// (the kubelet's KUBE-KUBELET-CANARY, KUBE-FIREWALL and KUBE-IPTABLES-HINT stay). It runs
-// only while no kube-proxy of the harness runs, and only when some rule of kube-proxy is
-// there, so that Down on a machine that never ran one costs nothing.
-func (c *Config) cleanupKubeProxy(ctx context.Context) error {
+// chains) in IPv4 and IPv6, and the kube-proxy tables of its nftables mode; nothing else.
+// It leaves KUBE-FIREWALL, which kube-proxy makes as a copy of the kubelet's, so
+// removeKubeletChains takes that and the upstream kubelet's own (the harness runs it for
+// comparison; it removes none of them either). The cleanup runs only while no kube-proxy
+// of the harness runs, and --cleanup only when kube-proxy's chains are there, so that Down
+// on a machine that never ran one costs nothing.
+func (c *Config) cleanupKubeChains(ctx context.Context) error {
 	if c.Running(kubeProxyDaemon) {
 		return errors.New("kube-proxy still runs: stop it before cleaning up its rules")
 	}
-	if len(kubeProxyLeftovers(ctx)) == 0 {
-		return nil
-	}
-	version, err := KubeVersion(c.RepoDir)
-	if err != nil {
-		return err
-	}
-	bin := filepath.Join(c.BinDir(version), "kube-proxy")
-	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("kube-proxy rules are left but no kube-proxy binary to remove them: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, bin, "--cleanup", "--v=2").CombinedOutput(); err != nil {
-		return fmt.Errorf("kube-proxy --cleanup: %w\n%s", err, tail(out, 3000))
+	if proxyOwn(kubeChainsLeft(ctx)) {
+		version, err := KubeVersion(c.RepoDir)
+		if err != nil {
+			return err
+		}
+		bin := filepath.Join(c.BinDir(version), "kube-proxy")
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("kube-proxy rules are left but no kube-proxy binary to remove them: %w", err)
+		}
+		if out, err := exec.CommandContext(ctx, bin, "--cleanup", "--v=2").CombinedOutput(); err != nil {
+			return fmt.Errorf("kube-proxy --cleanup: %w\n%s", err, tail(out, 3000))
+		}
 	}
-	if left := kubeProxyLeftovers(ctx); len(left) > 0 {
-		return fmt.Errorf("kube-proxy --cleanup left: %s", strings.Join(left, "; "))
+	removeKubeletChains(ctx)
+	if left := kubeChainsLeft(ctx); len(left) > 0 {
+		return fmt.Errorf("kube-proxy's cleanup left: %s", strings.Join(left, "; "))
 	}
 	return nil
 }
 
-// kubeletChains are the chains the upstream kubelet makes (the harness runs it for
-// comparison) and never removes; they are not kube-proxy's.
-var kubeletChains = map[string]bool{"KUBE-KUBELET-CANARY": true, "KUBE-FIREWALL": true, "KUBE-IPTABLES-HINT": true}
+// kubeletChains are the chains of the upstream kubelet, which kube-proxy's cleanup leaves:
+// the table they are in, and whether a rule of a built-in chain jumps to them.
+var kubeletChains = map[string]struct {
+	tables   []string
+	jumpFrom []string
+}{
+	"KUBE-FIREWALL":       {tables: []string{"filter"}, jumpFrom: []string{"INPUT", "OUTPUT"}},
+	"KUBE-KUBELET-CANARY": {tables: []string{"nat", "filter", "mangle"}},
+	"KUBE-IPTABLES-HINT":  {tables: []string{"mangle"}},
+}
 
-// kubeProxyLeftovers lists the chains of kube-proxy in the iptables and ip6tables tables it
-// writes, and its nftables tables, as "<command> <table>: <chain>".
-func kubeProxyLeftovers(ctx context.Context) []string {
+// localnetComment marks the one rule the kubelet and kube-proxy put in KUBE-FIREWALL.
+const localnetComment = "block incoming localnet connections"
+
+// proxyOwn says whether left names a chain of kube-proxy's own, not the kubelet's.
+func proxyOwn(left []string) bool {
+	for _, l := range left {
+		if _, kubelet := kubeletChains[l[strings.LastIndex(l, " ")+1:]]; !kubelet {
+			return true
+		}
+	}
+	return false
+}
+
+// removeKubeletChains deletes the kubelet's chains in both families: the jumps to
+// KUBE-FIREWALL and its localnet rule, then each chain, which the kernel refuses while a
+// rule of someone else is still in it or jumps to it. Errors are for the final check.
+func removeKubeletChains(ctx context.Context) {
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		if _, err := exec.LookPath(cmd + "-save"); err != nil {
+			continue
+		}
+		text, err := run(ctx, cmd+"-save", "-t", "filter")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(text, "\n") {
+			if !strings.HasPrefix(line, "-A ") {
+				continue
+			}
+			fields := splitRule(line)
+			jump := (fields[1] == "INPUT" || fields[1] == "OUTPUT") && strings.HasSuffix(line, " -j KUBE-FIREWALL")
+			localnet := fields[1] == "KUBE-FIREWALL" && strings.Contains(line, localnetComment)
+			if jump || localnet {
+				_, _ = run(ctx, cmd, append([]string{"-t", "filter", "-D"}, fields[1:]...)...)
+			}
+		}
+		for chain, where := range kubeletChains {
+			for _, table := range where.tables {
+				if _, err := run(ctx, cmd, "-t", table, "-S", chain); err == nil {
+					_, _ = run(ctx, cmd, "-t", table, "-X", chain)
+				}
+			}
+		}
+	}
+}
+
+// kubeChainsLeft lists the KUBE-* chains in the tables kube-proxy and the kubelet write, in
+// both families, and kube-proxy's nftables tables, as "<command> <table>: <chain>".
+func kubeChainsLeft(ctx context.Context) []string {
 	var out []string
 	for _, save := range []string{"iptables-save", "ip6tables-save"} {
 		if _, err := exec.LookPath(save); err != nil {
@@ -154,7 +209,7 @@ func kubeProxyLeftovers(ctx context.Context) []string {
 			if err != nil {
 				continue
 			}
-			for _, chain := range kubeProxyChains(text) {
+			for _, chain := range kubeChains(text) {
 				out = append(out, save+" "+table+": "+chain)
 			}
 		}
@@ -162,16 +217,15 @@ func kubeProxyLeftovers(ctx context.Context) []string {
 	if _, err := exec.LookPath("nft"); err == nil {
 		for _, family := range []string{"ip", "ip6"} {
 			if _, err := run(ctx, "nft", "list", "table", family, "kube-proxy"); err == nil {
-				out = append(out, "nft table "+family+" kube-proxy")
+				out = append(out, "nft "+family+": kube-proxy")
 			}
 		}
 	}
 	return out
 }
 
-// kubeProxyChains returns the KUBE-* chains declared in iptables-save output, but the
-// kubelet's.
-func kubeProxyChains(save string) []string {
+// kubeChains returns the KUBE-* chains declared in iptables-save output.
+func kubeChains(save string) []string {
 	var out []string
 	for _, line := range strings.Split(save, "\n") {
 		name, ok := strings.CutPrefix(line, ":")
@@ -179,7 +233,7 @@ func kubeProxyChains(save string) []string {
 			continue
 		}
 		name, _, _ = strings.Cut(name, " ")
-		if strings.HasPrefix(name, "KUBE-") && !kubeletChains[name] {
+		if strings.HasPrefix(name, "KUBE-") {
 			out = append(out, name)
 		}
 	}

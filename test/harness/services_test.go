@@ -118,8 +118,15 @@ func TestKubeProxyChains(t *testing.T) {
 -A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
 COMMIT
 `
-	if got, want := kubeProxyChains(save), []string{"KUBE-SERVICES", "KUBE-SVC-NPX46M4PTMTKRN6Y"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("kubeProxyChains = %v, want %v", got, want)
+	left := kubeChains(save)
+	if want := []string{"KUBE-KUBELET-CANARY", "KUBE-SERVICES", "KUBE-SVC-NPX46M4PTMTKRN6Y"}; !reflect.DeepEqual(left, want) {
+		t.Errorf("kubeChains = %v, want %v", left, want)
+	}
+	if !proxyOwn([]string{"iptables-save nat: KUBE-KUBELET-CANARY", "iptables-save nat: KUBE-SERVICES"}) {
+		t.Errorf("proxyOwn does not see KUBE-SERVICES")
+	}
+	if proxyOwn([]string{"iptables-save nat: KUBE-KUBELET-CANARY", "ip6tables-save filter: KUBE-FIREWALL"}) {
+		t.Errorf("proxyOwn takes the kubelet's chains for kube-proxy's")
 	}
 }
 

@@ -21,7 +21,7 @@ type MachineState struct {
 	Cgroups   []string // the harness's cgroup root in any hierarchy
 	Links     []string // network interfaces
 	Netns     []string // named network namespaces (ip netns)
-	Iptables  []string // rules and chains of the harness's CNI network, and kube-proxy's
+	Iptables  []string // rules and chains of the harness's CNI network, kube-proxy's and the kubelet's
 	Nftables  []string // kube-proxy's nftables tables
 	Routes    []string // routes through the harness's interfaces
 }
@@ -95,9 +95,9 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 			}
 		}
 	}
-	// kube-proxy's chains, in both families and every table it writes. The upstream
-	// kubelet's own chains (the harness runs it for comparison; it never removes them)
-	// are not the harness's to remove.
+	// The chains of kube-proxy and of the upstream kubelet (which the harness runs for
+	// comparison), in both families and every table they write: neither removes all of
+	// its own.
 	for _, save := range []string{"iptables-save", "ip6tables-save"} {
 		for _, table := range []string{"nat", "filter", "mangle"} {
 			out, err := exec.Command(save, "-t", table).Output()
@@ -105,8 +105,7 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 				continue
 			}
 			for _, line := range strings.Split(string(out), "\n") {
-				chain, _, _ := strings.Cut(strings.TrimPrefix(line, ":"), " ")
-				if strings.HasPrefix(line, ":KUBE-") && !kubeletChains[chain] {
+				if strings.HasPrefix(line, ":KUBE-") {
 					s.Iptables = append(s.Iptables, save+" "+table+": "+line)
 				}
 			}
@@ -128,9 +127,6 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 	}
 	return s, nil
 }
-
-// kubeletChains are the upstream kubelet's chains.
-var kubeletChains = map[string]bool{"KUBE-KUBELET-CANARY": true, "KUBE-FIREWALL": true, "KUBE-IPTABLES-HINT": true}
 
 // Leftovers compares after with the state before the harness ran, and lists what the
 // harness left behind: anything of its own, and any interface or netns that is new.
