@@ -60,8 +60,18 @@ func (c *Config) coreDNSImage(ctx context.Context) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The user and group names of upstream's base image: a runtime told only the user's
+	// ID (as agents tell it the image's) takes its group from /etc/passwd.
+	etc, err := layerOf([]tarFile{
+		{name: "etc", dir: true, mode: 0o755},
+		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
+		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")},
+	})
+	if err != nil {
+		return nil, err
+	}
 	return imageOf(v1.Config{Entrypoint: []string{"/coredns"}, Env: []string{imagePath}, User: coreDNSUser, WorkingDir: "/",
-		ExposedPorts: map[string]struct{}{"53/tcp": {}, "53/udp": {}}}, l)
+		ExposedPorts: map[string]struct{}{"53/tcp": {}, "53/udp": {}}}, etc, l)
 }
 
 // capNetBindService is CAP_NET_BIND_SERVICE's number (linux/capability.h).
