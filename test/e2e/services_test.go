@@ -251,7 +251,7 @@ func nslookupAddresses(out string) []string {
 }
 
 // TestServiceNodePort: a NodePort Service answers on the node IP, from this machine and
-// from a pod.
+// from a pod, and not on localhost.
 func TestServiceNodePort(t *testing.T) {
 	t.Parallel()
 	requireServices(t)
@@ -279,6 +279,12 @@ func TestServiceNodePort(t *testing.T) {
 	expectAnswer(t, "UDP node port from a pod", backend.Name, func() (string, error) {
 		return dial(t, client, "udp", harness.NodeIP, udpPort)
 	})
+	// Only there: kube-proxy's nodePortAddresses leave localhost out, so that it needs no
+	// route_localnet.
+	if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(tcpPort))), 2*time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the node port %d answers on 127.0.0.1 too", tcpPort)
+	}
 }
 
 func httpGetBody(url string) (string, error) {

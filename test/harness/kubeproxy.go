@@ -126,7 +126,7 @@ func (c *Config) cleanupKubeChains(ctx context.Context) error {
 		}
 		bin := filepath.Join(c.BinDir(version), "kube-proxy")
 		if _, err := os.Stat(bin); err != nil {
-			return fmt.Errorf("kube-proxy rules are left but no kube-proxy binary to remove them: %w", err)
+			return fmt.Errorf("kube-proxy's rules are left but there is no kube-proxy to remove them (`go run ./test/cmd/harness build` builds it): %w", err)
 		}
 		if out, err := exec.CommandContext(ctx, bin, "--cleanup", "--v=2").CombinedOutput(); err != nil {
 			return fmt.Errorf("kube-proxy --cleanup: %w\n%s", err, tail(out, 3000))
