@@ -16,7 +16,9 @@ import (
 
 // kube-proxy runs as a process beside the node agent, one per node, in iptables mode.
 // Until the harness runs it as a static pod, each node's kube-proxy is a daemon of the
-// harness named kube-proxy (the first node) or kube-proxy-<node>.
+// harness (kube-proxy on the first node, node2-kube-proxy, … on the others) in the node's
+// namespaces, its rules in the node's network namespace. The other nodes' rules go with
+// their namespaces; the first node's are the machine's, which Down cleans up.
 const (
 	kubeProxyDaemon      = "kube-proxy"
 	kubeProxyHealthzPort = 10256
@@ -72,31 +74,57 @@ func kubeProxyHealthz(nodeIP string) string {
 	return "http://" + net.JoinHostPort(nodeIP, strconv.Itoa(kubeProxyHealthzPort)) + "/healthz"
 }
 
-// KubeProxyConfigPath is where the first node's kube-proxy reads its configuration.
-func (c *Config) KubeProxyConfigPath() string { return c.path("kube-proxy", "config.yaml") }
+// KubeProxyConfigPath is where node n's kube-proxy reads its configuration, as the machine
+// sees the file.
+func (c *Config) KubeProxyConfigPath(n Node) string {
+	return c.nodePath(n, "kube-proxy", "config.yaml")
+}
 
-// startKubeProxy starts the first node's kube-proxy from the upstream bin dir and waits
-// until it serves: healthy, and the kubernetes Service in its KUBE-SERVICES chain.
-func (c *Config) startKubeProxy(ctx context.Context, upstreamBin string) error {
-	cfgPath := c.KubeProxyConfigPath()
+// superviseBinary builds test/cmd/supervise into the run dir: it runs kube-proxy and starts
+// it again when it exits, as the kubelet restarts its DaemonSet pod (kube-proxy exits when
+// its Node is deleted, and expects that).
+func (c *Config) superviseBinary(ctx context.Context) (string, error) {
+	out := c.path("bin", "supervise")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	if err := c.goCmd(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, "build", "-o", out, "./test/cmd/supervise"); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// startKubeProxy starts node n's kube-proxy (from the upstream bin dir, kept running by
+// supervise, in the node's namespaces) and waits until it serves: healthy, and the
+// kubernetes Service in the KUBE-SERVICES chain of the node's network namespace.
+func (c *Config) startKubeProxy(ctx context.Context, n Node, upstreamBin string) error {
+	sup, err := c.superviseBinary(ctx)
+	if err != nil {
+		return err
+	}
+	cfgPath := c.KubeProxyConfigPath(n)
 	if err := writeFiles(filepath.Dir(cfgPath), map[string]string{
-		filepath.Base(cfgPath): c.kubeProxyConfig(NodeName, NodeIP, c.KubeProxyKubeconfig()),
+		filepath.Base(cfgPath): c.kubeProxyConfig(n.Name, n.IP, c.KubeProxyKubeconfig()),
 	}); err != nil {
 		return err
 	}
-	if _, err := c.startDaemon(kubeProxyDaemon, filepath.Join(upstreamBin, "kube-proxy"), c.kubeProxyArgs(cfgPath), nil); err != nil {
+	args := append([]string{filepath.Join(upstreamBin, "kube-proxy")}, c.kubeProxyArgs(cfgPath)...)
+	if _, err := c.startNodeDaemon(n, kubeProxyDaemon, sup, args, nil); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, kubeProxyDaemon, time.Minute, func(ctx context.Context) error {
-		if err := httpExpect(ctx, http.DefaultClient, kubeProxyHealthz(NodeIP), ""); err != nil {
+	return c.waitReady(ctx, n.daemon(kubeProxyDaemon), time.Minute, func(ctx context.Context) error {
+		if err := httpExpect(ctx, http.DefaultClient, kubeProxyHealthz(n.IP), ""); err != nil {
 			return err
 		}
-		out, err := run(ctx, "iptables", "-t", "nat", "-S", "KUBE-SERVICES")
-		if err != nil {
+		var out string
+		if err := InNetns(n.Netns(), func() (err error) {
+			out, err = run(ctx, "iptables", "-t", "nat", "-S", "KUBE-SERVICES")
+			return err
+		}); err != nil {
 			return err
 		}
 		if !strings.Contains(out, KubernetesSvc+"/32") {
-			return fmt.Errorf("no rule for the kubernetes Service (%s) in KUBE-SERVICES yet", KubernetesSvc)
+			return fmt.Errorf("node %s: no rule for the kubernetes Service (%s) in KUBE-SERVICES yet", n.Name, KubernetesSvc)
 		}
 		return nil
 	})

@@ -3,7 +3,7 @@ package harness
 import "context"
 
 // serviceSteps are the steps of Up that give the cluster Services and DNS, when
-// Config.Services asks for them: kube-proxy on the node, then CoreDNS, whose readiness
+// Config.Services asks for them: kube-proxy on every node, then CoreDNS, whose readiness
 // needs the kubernetes Service that kube-proxy routes.
 func (c *Config) serviceSteps(upstreamBin string) []struct {
 	name string
@@ -12,11 +12,18 @@ func (c *Config) serviceSteps(upstreamBin string) []struct {
 	if !c.Services {
 		return nil
 	}
-	return []struct {
+	var steps []struct {
 		name string
 		do   func(context.Context) error
-	}{
-		{"kube-proxy", func(ctx context.Context) error { return c.startKubeProxy(ctx, upstreamBin) }},
-		{"CoreDNS", c.deployCoreDNS},
 	}
+	for _, n := range c.Nodes() {
+		steps = append(steps, struct {
+			name string
+			do   func(context.Context) error
+		}{"kube-proxy on " + n.Name, func(ctx context.Context) error { return c.startKubeProxy(ctx, n, upstreamBin) }})
+	}
+	return append(steps, struct {
+		name string
+		do   func(context.Context) error
+	}{"CoreDNS", c.deployCoreDNS})
 }
