@@ -131,16 +131,16 @@ func (c *Config) startKubeProxy(ctx context.Context, n Node, upstreamBin string)
 }
 
 // cleanupKubeChains removes what a kube-proxy left in the kernel, from this run or a killed
-// earlier one, and the chains of the upstream kubelet. `kube-proxy --cleanup` deletes its jumps from the built-in chains, the
-// KUBE-* chains of its iptables and ipvs modes (KUBE-SERVICES, KUBE-NODEPORTS,
-// KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD, KUBE-PROXY-FIREWALL,
-// KUBE-EXTERNAL-SERVICES, KUBE-PROXY-CANARY, the per-Service KUBE-SVC-/KUBE-SEP-/...
-// chains) in IPv4 and IPv6, and the kube-proxy tables of its nftables mode; nothing else.
-// It leaves KUBE-FIREWALL, which kube-proxy makes as a copy of the kubelet's, so
-// removeKubeletChains takes that and the upstream kubelet's own (the harness runs it for
-// comparison; it removes none of them either). The cleanup runs only while no kube-proxy
-// of the harness runs, and --cleanup only when kube-proxy's chains are there, so that Down
-// on a machine that never ran one costs nothing.
+// earlier one, and the chains of the upstream kubelet. `kube-proxy --cleanup` deletes its
+// jumps from the built-in chains and the KUBE-* chains of its iptables and ipvs modes
+// (KUBE-SERVICES, KUBE-NODEPORTS, KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD,
+// KUBE-PROXY-FIREWALL, KUBE-EXTERNAL-SERVICES, KUBE-PROXY-CANARY, the per-Service
+// KUBE-SVC-/KUBE-SEP-/… chains) in IPv4 and IPv6, and the kube-proxy tables of its
+// nftables mode; nothing else. It leaves KUBE-FIREWALL, which kube-proxy makes as a copy
+// of the kubelet's, so removeKubeletChains takes that and the upstream kubelet's own (the
+// harness runs it for comparison; it removes none of them either). The cleanup runs only
+// while no kube-proxy of the harness runs, and --cleanup only when kube-proxy's chains
+// are there, so that Down on a machine that never ran one costs nothing.
 func (c *Config) cleanupKubeChains(ctx context.Context) error {
 	if c.Running(kubeProxyDaemon) {
 		return errors.New("kube-proxy still runs: stop it before cleaning up its rules")
@@ -167,15 +167,13 @@ func (c *Config) cleanupKubeChains(ctx context.Context) error {
 	return nil
 }
 
-// kubeletChains are the chains of the upstream kubelet, which kube-proxy's cleanup leaves:
-// the table they are in, and whether a rule of a built-in chain jumps to them.
-var kubeletChains = map[string]struct {
-	tables   []string
-	jumpFrom []string
-}{
-	"KUBE-FIREWALL":       {tables: []string{"filter"}, jumpFrom: []string{"INPUT", "OUTPUT"}},
-	"KUBE-KUBELET-CANARY": {tables: []string{"nat", "filter", "mangle"}},
-	"KUBE-IPTABLES-HINT":  {tables: []string{"mangle"}},
+// kubeletChains are the chains of the upstream kubelet, which kube-proxy's cleanup leaves,
+// and the tables they are in. Only KUBE-FIREWALL has rules (its localnet rule) and jumps
+// to it (from INPUT and OUTPUT).
+var kubeletChains = map[string][]string{
+	"KUBE-FIREWALL":       {"filter"},
+	"KUBE-KUBELET-CANARY": {"nat", "filter", "mangle"},
+	"KUBE-IPTABLES-HINT":  {"mangle"},
 }
 
 // localnetComment marks the one rule the kubelet and kube-proxy put in KUBE-FIREWALL.
@@ -214,8 +212,8 @@ func removeKubeletChains(ctx context.Context) {
 				_, _ = run(ctx, cmd, append([]string{"-t", "filter", "-D"}, fields[1:]...)...)
 			}
 		}
-		for chain, where := range kubeletChains {
-			for _, table := range where.tables {
+		for chain, tables := range kubeletChains {
+			for _, table := range tables {
 				if _, err := run(ctx, cmd, "-t", table, "-S", chain); err == nil {
 					_, _ = run(ctx, cmd, "-t", table, "-X", chain)
 				}
