@@ -97,6 +97,7 @@ func Up(ctx context.Context, cfg *Config) error {
 			do   func(context.Context) error
 		}{"CSI hostpath driver", cfg.deployCSIHostpath})
 	}
+	more = append(more, cfg.serviceSteps(bin)...)
 	for _, s := range more {
 		if err := cfg.step(ctx, s.name, s.do); err != nil {
 			return err
@@ -149,6 +150,7 @@ func Down(ctx context.Context, cfg *Config) error {
 		keep(cfg.removeAllPods(ctx))
 	}
 	keep(cfg.stopAll(ctx, daemonOrder))
+	keep(cfg.cleanupKubeChains(ctx))
 	keep(cfg.killStaleContainers(ctx))
 	unmountErr := cfg.unmountAll()
 	keep(unmountErr)

@@ -113,6 +113,13 @@ type Config struct {
 	// administrator would; PodNetworkAgent has nodeagent make its own (--pod-network=bridge).
 	// Default: the agent's with several nodes of nodeagent, the harness's otherwise.
 	PodNetwork string
+	// Services runs kube-proxy (iptables mode) beside the node agent and deploys CoreDNS
+	// (deploy/coredns) with the kube-dns Service at ClusterDNS, so that pods reach
+	// ClusterIPs, NodePorts and the kubernetes Service, and resolve cluster names.
+	// CoreDNS is built from the module proxy the first time. `harness up`, the main e2e
+	// suite and the conformance runner turn it on; other clusters (benchmarks, the TLS
+	// suite) run without it unless NODEAGENT_SERVICES=1. Needs a node agent.
+	Services bool
 	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
 	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
 	// sh behaves as the one in upstream's e2e images.
@@ -160,6 +167,12 @@ func (c *Config) Complete() error {
 	}
 	if c.CSIHostpath && c.Agent == AgentNone {
 		c.CSIHostpath = false // nowhere to run the driver
+	}
+	if !c.Services {
+		c.Services = os.Getenv("NODEAGENT_SERVICES") == "1"
+	}
+	if c.Services && c.Agent == AgentNone {
+		c.Services = false // no node to proxy for, nowhere to run CoreDNS
 	}
 	if v := os.Getenv("NODEAGENT_CERT_DURATION"); c.CertDuration == 0 && v != "" {
 		d, err := time.ParseDuration(v)

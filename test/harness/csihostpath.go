@@ -16,10 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // The hostpath CSI driver as make up deploys it, from deploy/csi-hostpath: its name, its
@@ -50,36 +46,8 @@ func (c *Config) deployCSIHostpath(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
-	if err != nil {
+	if err := c.applyObjects(ctx, objs); err != nil {
 		return err
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(rc)
-	if err != nil {
-		return err
-	}
-	groups, err := restmapper.GetAPIGroupResources(dc)
-	if err != nil {
-		return fmt.Errorf("discovery: %w", err)
-	}
-	mapper := restmapper.NewDiscoveryRESTMapper(groups)
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	for _, obj := range objs {
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if obj.GetNamespace() != "" {
-			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-		}
-		if _, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "nodeagent-harness", Force: true}); err != nil {
-			return fmt.Errorf("apply %s %s: %w", gvk.Kind, obj.GetName(), err)
-		}
 	}
 	return c.WaitCSIHostpath(ctx, time.Time{})
 }

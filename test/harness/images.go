@@ -44,6 +44,7 @@ type tarFile struct {
 	linkname string // symlink target when set
 	dir      bool
 	uid, gid int
+	xattrs   map[string]string // extended attributes, e.g. security.capability
 }
 
 func layerOf(files []tarFile) (v1.Layer, error) {
@@ -51,6 +52,12 @@ func layerOf(files []tarFile) (v1.Layer, error) {
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
 		h := &tar.Header{Name: f.name, Mode: f.mode, Uid: f.uid, Gid: f.gid, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		for k, v := range f.xattrs {
+			if h.PAXRecords == nil {
+				h.PAXRecords = map[string]string{}
+			}
+			h.PAXRecords["SCHILY.xattr."+k] = v
+		}
 		switch {
 		case f.dir:
 			h.Typeflag, h.Name = tar.TypeDir, f.name+"/"
@@ -234,8 +241,9 @@ func agnhostConfig(cmd []string) v1.Config {
 }
 
 // pushImages builds pause, busybox and agnhost and pushes them to the local registry under
-// the paths their public names map to, the project's CSI images under nodeagent/, and the
-// CSI sidecars under sig-storage/ when the cluster gets the hostpath driver.
+// the paths their public names map to, the project's CSI images under nodeagent/, the
+// CSI sidecars under sig-storage/ when the cluster gets the hostpath driver, and CoreDNS
+// under coredns/ when it gets Services.
 func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	b, err := c.buildBaseImages(ctx, upstreamBin)
 	if err != nil {
@@ -254,6 +262,13 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	}
 	for path, img := range csi {
 		pushes[path] = img
+	}
+	if c.Services {
+		img, err := c.coreDNSImage(ctx)
+		if err != nil {
+			return err
+		}
+		pushes[coreDNSPath] = img
 	}
 	if c.CSIHostpath {
 		sidecars, err := c.csiSidecarImages(ctx)

@@ -93,15 +93,26 @@ func (c *Config) csiSidecarImages(ctx context.Context) (map[string]v1.Image, err
 // cachedBinaryLayer is a layer holding the binary at bin as /<its name>, compressed into
 // <bin>.layer.tar.gz the first time.
 func cachedBinaryLayer(bin string) (v1.Layer, error) {
-	gz := bin + ".layer.tar.gz"
+	return cachedLayer(bin+".layer.tar.gz", func() ([]tarFile, error) {
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			return nil, err
+		}
+		return []tarFile{{name: filepath.Base(bin), mode: 0o755, data: data}}, nil
+	})
+}
+
+// cachedLayer is the layer compressed at gz, made of the files that files returns and
+// written there the first time.
+func cachedLayer(gz string, files func() ([]tarFile, error)) (v1.Layer, error) {
 	if _, err := os.Stat(gz); err == nil {
 		return tarball.LayerFromFile(gz)
 	}
-	data, err := os.ReadFile(bin)
+	fs, err := files()
 	if err != nil {
 		return nil, err
 	}
-	l, err := layerOf([]tarFile{{name: filepath.Base(bin), mode: 0o755, data: data}})
+	l, err := layerOf(fs)
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,8 @@ func (c *Config) clusterCerts() []certSpec {
 		{name: "controller-manager", cn: "system:kube-controller-manager", client: true},
 		{name: "scheduler", cn: "system:kube-scheduler", client: true},
 		{name: "node", cn: "system:node:" + NodeName, orgs: []string{"system:nodes"}, client: true},
+		// The default RBAC binds system:node-proxier to this user.
+		{name: "kube-proxy", cn: "system:kube-proxy", client: true},
 	}
 	for _, n := range c.Nodes()[1:] {
 		certs = append(certs, certSpec{name: "node-" + n.tag(), cn: "system:node:" + n.Name, orgs: []string{"system:nodes"}, client: true})
@@ -56,6 +58,7 @@ var kubeconfigs = map[string]string{
 	"controller-manager.conf": "controller-manager",
 	"scheduler.conf":          "scheduler",
 	"kubelet.conf":            "node",
+	"kube-proxy.conf":         "kube-proxy",
 }
 
 // writePKI generates a fresh CA, the certificates above, the service-account key pair and

@@ -57,7 +57,8 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := conformance.Run(ctx, &harness.Config{}, opts)
+	// Services and DNS, as the suite's network specs and many others expect of a cluster.
+	res, err := conformance.Run(ctx, &harness.Config{Services: true}, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)

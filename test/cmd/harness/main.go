@@ -3,13 +3,14 @@
 //	harness up     tear down any earlier run, then bring up a fresh cluster
 //	harness down   stop everything and remove what the harness made
 //	harness env    print the shell lines to use the running cluster
-//	harness build  build (or find cached) the upstream binaries, the CSI sidecars and containerd
+//	harness build  build (or find cached) the upstream binaries, the CSI sidecars, CoreDNS and containerd
 //	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo)
 //	                           and upstream busybox for its images
 //
 // Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
 // NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none),
-// NODEAGENT_CSI_HOSTPATH=0 for a cluster without the hostpath CSI driver.
+// NODEAGENT_CSI_HOSTPATH=0 for a cluster without the hostpath CSI driver,
+// NODEAGENT_SERVICES=0 for one without kube-proxy and CoreDNS.
 package main
 
 import (
@@ -37,8 +38,12 @@ func main() {
 }
 
 func run(ctx context.Context, cmd string) error {
-	// The user's cluster has a CSI driver and a default StorageClass, unless asked not to.
-	cfg := &harness.Config{CSIHostpath: os.Getenv("NODEAGENT_CSI_HOSTPATH") != "0"}
+	// The user's cluster has a CSI driver and a default StorageClass, kube-proxy and
+	// CoreDNS, unless asked not to.
+	cfg := &harness.Config{
+		CSIHostpath: os.Getenv("NODEAGENT_CSI_HOSTPATH") != "0",
+		Services:    os.Getenv("NODEAGENT_SERVICES") != "0",
+	}
 	switch cmd {
 	case "up":
 		if err := harness.Up(ctx, cfg); err != nil {
@@ -63,6 +68,9 @@ func run(ctx context.Context, cmd string) error {
 			return err
 		}
 		if _, err := cfg.EnsureCSISidecars(ctx); err != nil {
+			return err
+		}
+		if _, err := cfg.EnsureCoreDNS(ctx); err != nil {
 			return err
 		}
 		if cfg.Runtime == harness.RuntimeContainerd {

@@ -24,8 +24,9 @@ var cluster *harness.Config
 // Main brings up the shared cluster, runs the tests, and tears the cluster down (unless
 // NODEAGENT_KEEP=1). A cluster that does not come up fails the whole binary loudly.
 func Main(m *testing.M) {
-	// The suite's cluster is the user's: with the hostpath CSI driver of make up.
-	os.Exit(mainCode(m, &harness.Config{CSIHostpath: true}))
+	// The suite's cluster is the user's: with the hostpath CSI driver, kube-proxy and
+	// CoreDNS of make up.
+	os.Exit(mainCode(m, &harness.Config{CSIHostpath: true, Services: true}))
 }
 
 // MainWith is Main for a suite whose cluster is shaped by cfg (several nodes, say). It

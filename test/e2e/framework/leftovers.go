@@ -21,7 +21,8 @@ type MachineState struct {
 	Cgroups   []string // the harness's cgroup root in any hierarchy
 	Links     []string // network interfaces
 	Netns     []string // named network namespaces (ip netns)
-	Iptables  []string // rules and chains of the harness's CNI network
+	Iptables  []string // rules and chains of the harness's CNI network, kube-proxy's and the kubelet's
+	Nftables  []string // kube-proxy's nftables tables
 	Routes    []string // routes through the harness's interfaces
 }
 
@@ -94,6 +95,29 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 			}
 		}
 	}
+	// The chains of kube-proxy and of the upstream kubelet (which the harness runs for
+	// comparison), in both families and every table they write: neither removes all of
+	// its own.
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		for _, table := range []string{"nat", "filter", "mangle"} {
+			out, err := exec.Command(save, "-t", table).Output()
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.HasPrefix(line, ":KUBE-") {
+					s.Iptables = append(s.Iptables, save+" "+table+": "+line)
+				}
+			}
+		}
+	}
+	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "table" && f[2] == "kube-proxy" {
+				s.Nftables = append(s.Nftables, line)
+			}
+		}
+	}
 	if out, err := exec.Command("ip", "route", "show").Output(); err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
 			if strings.Contains(line, "na-node0") || strings.Contains(line, "na-cni0") || strings.Contains(line, "na-lan") {
@@ -117,6 +141,7 @@ func Leftovers(before, after MachineState) []string {
 	add("mount", after.Mounts)
 	add("cgroup", after.Cgroups)
 	add("iptables", after.Iptables)
+	add("nftables", after.Nftables)
 	add("route", after.Routes)
 	add("interface", newItems(before.Links, after.Links))
 	add("netns", newItems(before.Netns, after.Netns))

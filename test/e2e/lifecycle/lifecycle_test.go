@@ -28,8 +28,9 @@ func TestKillRecoverAndTeardownLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	// With the hostpath CSI driver of make up: its bidirectional mounts, its volumes'
-	// stagings and publications and its data dir must go with the rest.
-	cfg := &harness.Config{CSIHostpath: true}
+	// stagings and publications and its data dir must go with the rest; and with its
+	// kube-proxy, whose rules a SIGKILL leaves in the kernel.
+	cfg := &harness.Config{CSIHostpath: true, Services: true}
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}

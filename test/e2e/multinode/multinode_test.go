@@ -3,7 +3,8 @@
 // Package multinode brings up a cluster of two nodes (NODES=2: the second in namespaces
 // of its own, each node with its own containerd and nodeagent making its pod network with
 // --pod-network=bridge) and checks what only several nodes show: pod-to-pod traffic across
-// nodes by pod IP, hostPorts that do not collide, and routes that follow the Nodes.
+// nodes by pod IP, hostPorts that do not collide, routes that follow the Nodes, and
+// Services through each node's kube-proxy.
 //
 // The tests run in order, not in parallel: the last one takes the second node away.
 package multinode
@@ -30,7 +31,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	framework.MainWith(m, &harness.Config{NodeCount: 2})
+	framework.MainWith(m, &harness.Config{NodeCount: 2, Services: true})
 }
 
 const ns = "default"
