@@ -9,6 +9,12 @@ import (
 // WriteComparison writes, as a Markdown table, the pass counts per group of two runs of
 // the same focus (nodeagent's and the kubelet's), then the specs whose outcome differs.
 func WriteComparison(w io.Writer, agent, kubelet *Summary) error {
+	return WriteComparisonBy(w, agent, kubelet, Group)
+}
+
+// WriteComparisonBy is WriteComparison with the groups that group names (SIG for the
+// whole suite's table).
+func WriteComparisonBy(w io.Writer, agent, kubelet *Summary, group func(spec string) string) error {
 	type row struct{ agentPassed, agentRan, kubeletPassed, kubeletRan int }
 	rows := map[string]*row{}
 	get := func(g string) *row {
@@ -17,11 +23,11 @@ func WriteComparison(w io.Writer, agent, kubelet *Summary) error {
 		}
 		return rows[g]
 	}
-	for _, g := range agent.Groups() {
+	for _, g := range agent.GroupsBy(group) {
 		r := get(g.Group)
 		r.agentPassed, r.agentRan = g.Passed, g.Passed+g.Failed
 	}
-	for _, g := range kubelet.Groups() {
+	for _, g := range kubelet.GroupsBy(group) {
 		r := get(g.Group)
 		r.kubeletPassed, r.kubeletRan = g.Passed, g.Passed+g.Failed
 	}

@@ -36,3 +36,37 @@ func TestWriteComparison(t *testing.T) {
 		t.Errorf("a spec that passed on both is listed:\n%s", out)
 	}
 }
+
+func TestSIG(t *testing.T) {
+	for spec, want := range map[string]string{
+		"[sig-network] Services should serve a basic endpoint from pods [Conformance]": "sig-network",
+		"[sig-architecture] Conformance Tests should have at least two untainted nodes": "sig-architecture",
+		"no sig at all": "other",
+	} {
+		if got := SIG(spec); got != want {
+			t.Errorf("SIG(%q) = %q, want %q", spec, got, want)
+		}
+	}
+}
+
+func TestWriteComparisonBySIG(t *testing.T) {
+	agent := &Summary{Specs: []Spec{
+		{Name: "[sig-network] Services a [Conformance]", State: "passed"},
+		{Name: "[sig-network] DNS b [Conformance]", State: "failed"},
+		{Name: "[sig-apps] Deployment c [Conformance]", State: "passed"},
+	}}
+	kubelet := &Summary{Specs: []Spec{
+		{Name: "[sig-network] Services a [Conformance]", State: "passed"},
+		{Name: "[sig-network] DNS b [Conformance]", State: "passed"},
+		{Name: "[sig-apps] Deployment c [Conformance]", State: "passed"},
+	}}
+	var b strings.Builder
+	if err := WriteComparisonBy(&b, agent, kubelet, SIG); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{"| sig-apps | 1 / 1 | 1 / 1 |", "| sig-network | 1 / 2 | 2 / 2 |", "| **all** | **2 / 3** | **3 / 3** |"} {
+		if !strings.Contains(b.String(), row) {
+			t.Errorf("table lacks %q:\n%s", row, b.String())
+		}
+	}
+}

@@ -74,3 +74,12 @@ func Group(spec string) string {
 	word, _, _ := strings.Cut(rest, " ")
 	return sig + " " + word
 }
+
+// SIG names the special interest group of a spec ("sig-network"), the group of the whole
+// suite's table.
+func SIG(spec string) string {
+	if sig, _, ok := strings.Cut(strings.TrimPrefix(spec, "["), "] "); ok && strings.HasPrefix(spec, "[") {
+		return sig
+	}
+	return "other"
+}

@@ -147,10 +147,13 @@ type GroupCount struct {
 }
 
 // Groups counts the specs by Group, in a stable order (by name).
-func (s *Summary) Groups() []GroupCount {
+func (s *Summary) Groups() []GroupCount { return s.GroupsBy(Group) }
+
+// GroupsBy counts the specs by the group that group names for each.
+func (s *Summary) GroupsBy(group func(spec string) string) []GroupCount {
 	by := map[string]*GroupCount{}
 	for _, sp := range s.Specs {
-		g := Group(sp.Name)
+		g := group(sp.Name)
 		if by[g] == nil {
 			by[g] = &GroupCount{Group: g}
 		}

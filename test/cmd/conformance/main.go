@@ -93,6 +93,9 @@ func writeComparison(cfg *harness.Config, scope string) error {
 		}
 		sums = append(sums, sum)
 	}
+	if scope == conformance.ScopeAll {
+		return conformance.WriteComparisonBy(os.Stdout, sums[0], sums[1], conformance.SIG)
+	}
 	return conformance.WriteComparison(os.Stdout, sums[0], sums[1])
 }
 
