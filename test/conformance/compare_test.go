@@ -39,7 +39,7 @@ func TestWriteComparison(t *testing.T) {
 
 func TestSIG(t *testing.T) {
 	for spec, want := range map[string]string{
-		"[sig-network] Services should serve a basic endpoint from pods [Conformance]": "sig-network",
+		"[sig-network] Services should serve a basic endpoint from pods [Conformance]":  "sig-network",
 		"[sig-architecture] Conformance Tests should have at least two untainted nodes": "sig-architecture",
 		"no sig at all": "other",
 	} {
