@@ -14,7 +14,7 @@ GO      ?= go
 HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 
-.PHONY: all build up down test unit e2e e2e-tls upstream fmt vet bench bench-pvc bench-micro conformance conformance-smoke
+.PHONY: all build up down test unit packages e2e e2e-tls upstream fmt vet bench bench-pvc bench-micro conformance conformance-smoke
 
 all: build
 
@@ -33,8 +33,12 @@ upstream:
 
 test: unit e2e conformance-smoke
 
-unit: vet
+# The packages first: the real-kernel unit tests (pkg/podnet) use iptables and ip.
+unit: vet packages
 	$(GO) test -count=1 ./...
+
+packages:
+	@$(HARNESS) packages
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }

@@ -23,6 +23,15 @@ var packages = map[string]string{
 
 var aptMu sync.Mutex
 
+// EnsurePackages installs whatever Debian package of the harness is missing: before the
+// unit tests too, whose real-kernel tests use iptables and ip.
+func (c *Config) EnsurePackages(ctx context.Context) error {
+	if err := c.Complete(); err != nil {
+		return err
+	}
+	return c.ensurePackages(ctx)
+}
+
 // ensurePackages installs with apt-get whatever package of the harness is missing. apt may
 // try to start services on install; with no systemd here it cannot, and the harness starts
 // every daemon itself.

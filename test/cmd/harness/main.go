@@ -3,6 +3,7 @@
 //	harness up     tear down any earlier run, then bring up a fresh cluster
 //	harness down   stop everything and remove what the harness made
 //	harness env    print the shell lines to use the running cluster
+//	harness packages  install the Debian packages the harness and the tests use, if missing
 //	harness build  build (or find cached) the upstream binaries, the CSI sidecars, CoreDNS and containerd
 //	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo)
 //	                           and upstream busybox for its images
@@ -26,7 +27,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: harness up|down|env|build|build-conformance")
+		fmt.Fprintln(os.Stderr, "usage: harness up|down|env|packages|build|build-conformance")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,6 +54,8 @@ func run(ctx context.Context, cmd string) error {
 		return nil
 	case "down":
 		return harness.Down(ctx, cfg)
+	case "packages":
+		return cfg.EnsurePackages(ctx)
 	case "env":
 		if err := cfg.Complete(); err != nil {
 			return err
@@ -98,6 +101,6 @@ func run(ctx context.Context, cmd string) error {
 		fmt.Println(bb)
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q: want up, down, env, build or build-conformance", cmd)
+		return fmt.Errorf("unknown command %q: want up, down, env, packages, build or build-conformance", cmd)
 	}
 }
