@@ -4,7 +4,6 @@ package multinode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -46,22 +45,7 @@ func TestServicesAcrossNodes(t *testing.T) {
 
 	// The client's netexec makes the call from inside its pod, on the second node.
 	dialFromClient := func(host string) (string, error) {
-		url := fmt.Sprintf("http://%s:8080/dial?request=hostname&protocol=http&host=%s&port=80&tries=1", client.Status.PodIP, host)
-		body, err := httpGet(url)
-		if err != nil {
-			return "", err
-		}
-		var got struct {
-			Responses []string `json:"responses"`
-			Errors    []string `json:"errors"`
-		}
-		if err := json.Unmarshal([]byte(body), &got); err != nil {
-			return "", fmt.Errorf("%s: %q: %w", url, body, err)
-		}
-		if len(got.Responses) != 1 {
-			return "", fmt.Errorf("%s: responses %q, errors %q", url, got.Responses, got.Errors)
-		}
-		return got.Responses[0], nil
+		return netexecDial(client, "http", host, 80, "hostname")
 	}
 	for _, host := range []string{svc.Spec.ClusterIP, svc.Name + "." + ns + ".svc." + harness.ClusterDomain} {
 		framework.Eventually(t, time.Minute, func() error {

@@ -157,23 +157,7 @@ func TestPodToPodAcrossNodes(t *testing.T) {
 				}
 			}
 			dial := func(protocol string, port int, request string) (string, error) {
-				url := fmt.Sprintf("http://%s:8080/dial?request=%s&protocol=%s&host=%s&port=%d&tries=1",
-					cli.Status.PodIP, request, protocol, srv.Status.PodIP, port)
-				body, err := httpGet(url)
-				if err != nil {
-					return "", err
-				}
-				var got struct {
-					Responses []string `json:"responses"`
-					Errors    []string `json:"errors"`
-				}
-				if err := json.Unmarshal([]byte(body), &got); err != nil {
-					return "", fmt.Errorf("%s: %q: %w", url, body, err)
-				}
-				if len(got.Responses) != 1 {
-					return "", fmt.Errorf("%s: responses %q, errors %q", url, got.Responses, got.Errors)
-				}
-				return got.Responses[0], nil
+				return netexecDial(cli, protocol, srv.Status.PodIP, port, request)
 			}
 			if out, err := dial("http", 8080, "hostname"); err != nil || out != srvName {
 				t.Errorf("TCP to %s on %s: %q, %v; want %q", srv.Status.PodIP, dir.to.Name, out, err, srvName)
@@ -187,6 +171,28 @@ func TestPodToPodAcrossNodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// netexecDial has the netexec pod client call host:port over protocol (http or udp) with
+// request (hostname, clientip), from inside its pod, and returns what the server answered.
+func netexecDial(client *corev1.Pod, protocol, host string, port int, request string) (string, error) {
+	url := fmt.Sprintf("http://%s:8080/dial?request=%s&protocol=%s&host=%s&port=%d&tries=1",
+		client.Status.PodIP, request, protocol, host, port)
+	body, err := httpGet(url)
+	if err != nil {
+		return "", err
+	}
+	var got struct {
+		Responses []string `json:"responses"`
+		Errors    []string `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		return "", fmt.Errorf("%s: %q: %w", url, body, err)
+	}
+	if len(got.Responses) != 1 {
+		return "", fmt.Errorf("%s: responses %q, errors %q", url, got.Responses, got.Errors)
+	}
+	return got.Responses[0], nil
 }
 
 // TestHostPortOnBothNodes: the same hostPort on both nodes: both pods run, and each node's
