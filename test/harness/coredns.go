@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"path/filepath"
-	"sort"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -90,28 +88,7 @@ func fileCapability(cap uint) []byte {
 
 // coreDNSObjects reads deploy/coredns, in file name order.
 func (c *Config) coreDNSObjects() ([]*unstructured.Unstructured, error) {
-	dir := filepath.Join(c.RepoDir, coreDNSManifests)
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(files)
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		objs, err := decodeManifest(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		out = append(out, objs...)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no manifests in %s", dir)
-	}
-	return out, nil
+	return c.manifestObjects(coreDNSManifests, nil)
 }
 
 // deployCoreDNS applies deploy/coredns and waits until the Deployment is available: its

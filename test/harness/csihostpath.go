@@ -54,7 +54,15 @@ func (c *Config) deployCSIHostpath(ctx context.Context) error {
 
 // csiHostpathObjects reads the manifests with the stock paths moved under the run dir.
 func (c *Config) csiHostpathObjects() ([]*unstructured.Unstructured, error) {
-	dir := filepath.Join(c.RepoDir, csiHostpathManifests)
+	return c.manifestObjects(csiHostpathManifests, func(data []byte) []byte {
+		return rewriteStockPaths(data, c.AgentRootDir(), c.CSIHostpathDataDir())
+	})
+}
+
+// manifestObjects reads the manifests of the repository's dir, in file name order, each
+// through rewrite when it is given.
+func (c *Config) manifestObjects(dir string, rewrite func([]byte) []byte) ([]*unstructured.Unstructured, error) {
+	dir = filepath.Join(c.RepoDir, dir)
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		return nil, err
@@ -66,7 +74,10 @@ func (c *Config) csiHostpathObjects() ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, err
 		}
-		objs, err := decodeManifest(rewriteStockPaths(data, c.AgentRootDir(), c.CSIHostpathDataDir()))
+		if rewrite != nil {
+			data = rewrite(data)
+		}
+		objs, err := decodeManifest(data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
