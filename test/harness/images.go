@@ -138,8 +138,26 @@ func busyboxLayer(ctx context.Context, bbPath string) (v1.Layer, error) {
 
 // agnhostTools are the programs upstream's agnhost image installs from Alpine's packages
 // over busybox and that the e2e tests run inside it (curl in lifecycle hooks, bash in
-// probes): copied from this machine with the shared libraries they load.
-var agnhostTools = map[string]string{"usr/bin/curl": "/usr/bin/curl", "bin/bash": "/bin/bash"}
+// probes, OpenBSD netcat's `nc -v -t -w 2` in the Service reachability checks, dig and
+// getent in the DNS queriers): copied from this machine with the shared libraries they
+// load. Each lands before busybox's applet of the same name in PATH.
+var agnhostTools = map[string]string{
+	"usr/bin/curl":   "/usr/bin/curl",
+	"bin/bash":       "/bin/bash",
+	"usr/bin/nc":     "/bin/nc.openbsd",
+	"usr/bin/dig":    "/usr/bin/dig",
+	"usr/bin/getent": "/usr/bin/getent",
+}
+
+// dnsTools are what upstream's glibc-dns-testing image has over its Debian base for the
+// DNS specs' glibc querier: dig (dnsutils) and glibc's getent.
+var dnsTools = map[string]string{
+	"usr/bin/dig":    "/usr/bin/dig",
+	"usr/bin/getent": "/usr/bin/getent",
+}
+
+// nsswitchConf is glibc's name service order for hosts, as Debian ships it: /etc/hosts first.
+var nsswitchConf = tarFile{name: "etc/nsswitch.conf", mode: 0o644, data: []byte("hosts: files dns\n")}
 
 // agnhostLayer adds what the agnhost image has over its base (see upstream's
 // test/images/agnhost/Dockerfile): the binary and its agnhost-2 link, the porter's
@@ -154,6 +172,7 @@ func agnhostLayer(ctx context.Context, bin, srcDir string) (v1.Layer, error) {
 		return nil, err
 	}
 	files := append(tools, []tarFile{
+		nsswitchConf,
 		{name: "agnhost", mode: 0o755, data: data},
 		{name: "agnhost-2", mode: 0o777, linkname: "agnhost"},
 		{name: "uploads", dir: true, mode: 0o755},

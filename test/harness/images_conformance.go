@@ -61,7 +61,7 @@ var conformanceBuilders = map[string]imageBuilder{
 	"e2e-test-images/busybox": busyboxBuilder,
 	"library/busybox":         busyboxBuilder,
 	"e2e-test-images/agnhost": func(_ context.Context, b *baseImages, tag string) (v1.Image, string, string, error) {
-		note := "agnhost built from the pinned release's source; its base is busybox with Debian's curl and bash (upstream: Alpine with curl, bash, bind-tools, iproute2, netcat, socat, iperf)"
+		note := "agnhost built from the pinned release's source; its base is busybox with Debian's curl, bash, OpenBSD netcat, dig and getent (upstream: Alpine with curl, bash, bind-tools, iproute2, netcat-openbsd, socat, iperf)"
 		if tag != AgnhostTag {
 			return b.agnhost, "agnhost " + AgnhostTag + " under the tag " + tag, note, nil
 		}
@@ -73,8 +73,25 @@ var conformanceBuilders = map[string]imageBuilder{
 		img, err := imageOf(v1.Config{Cmd: []string{"sh"}, Env: []string{imagePath}, User: "1234"}, b.busyboxLayer)
 		return img, "", "USER 1234 over busybox (upstream: over debian-base)", err
 	},
-	"e2e-test-images/kitten":   webserverBuilder("kitten"),
-	"e2e-test-images/nautilus": webserverBuilder("nautilus"),
+	"e2e-test-images/glibc-dns-testing": glibcDNSBuilder,
+	"e2e-test-images/kitten":            webserverBuilder("kitten"),
+	"e2e-test-images/nautilus":          webserverBuilder("nautilus"),
+}
+
+// glibcDNSBuilder: upstream's image is Debian with dnsutils, for the DNS specs' glibc querier
+// (a shell loop of dig and getent). Here: busybox with this machine's dig and getent, which
+// are Debian's, glibc-linked.
+func glibcDNSBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
+	tools, err := hostToolFiles(ctx, dnsTools)
+	if err != nil {
+		return nil, "", "", err
+	}
+	layer, err := layerOf(append(tools, nsswitchConf))
+	if err != nil {
+		return nil, "", "", err
+	}
+	img, err := imageOf(v1.Config{Cmd: []string{"sh"}, Env: []string{imagePath}}, b.busyboxLayer, layer)
+	return img, "", "Debian's dig and getent over busybox (upstream: Debian with dnsutils)", err
 }
 
 func busyboxBuilder(_ context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {

@@ -18,7 +18,9 @@ var packages = map[string]string{
 	"iproute2":                    "/usr/sbin/ip",
 	"busybox-static":              "/bin/busybox",
 	"docker-registry":             "/usr/bin/docker-registry",
-	"curl":                        "/usr/bin/curl", // copied into the agnhost image
+	"curl":                        "/usr/bin/curl",   // copied into the agnhost image
+	"bind9-dnsutils":              "/usr/bin/dig",    // copied into agnhost and glibc-dns-testing
+	"netcat-openbsd":              "/bin/nc.openbsd", // copied into agnhost as nc
 }
 
 var aptMu sync.Mutex
