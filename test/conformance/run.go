@@ -87,6 +87,9 @@ type Options struct {
 	Name string
 	// Out receives ginkgo's console output and progress. Default os.Stdout.
 	Out io.Writer
+	// FewImages skips the images that take a build of their own (the sample API server):
+	// for the smoke run, whose specs do not use them.
+	FewImages bool
 }
 
 func (o *Options) complete() error {
@@ -197,7 +200,7 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 	if upErr != nil {
 		return nil, fmt.Errorf("bring up the cluster: %w", upErr)
 	}
-	pushed, missing, err := cfg.PushConformanceImages(ctx, bin, refs)
+	pushed, missing, err := cfg.PushConformanceImages(ctx, bin, refs, !opts.FewImages)
 	if err != nil {
 		return nil, fmt.Errorf("push the suite's images: %w", err)
 	}

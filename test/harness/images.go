@@ -212,6 +212,12 @@ type baseImages struct {
 	busyboxLayer            v1.Layer // a busybox root file system
 	agnhostLayers           []v1.Layer
 	kubeSrc                 string // the source of k8s.io/kubernetes at the pinned release
+	kubeVersion             string // the pinned release, v1.x.y
+	upstreamBin             string // the upstream binaries (etcd among them)
+	cfg                     *Config
+	// extra is set unless the run is the smoke one: images that take a build of their own
+	// (minutes on a fresh machine) are made only then.
+	extra bool
 }
 
 // buildBaseImages builds pause, busybox and agnhost.
@@ -240,7 +246,8 @@ func (c *Config) buildBaseImages(ctx context.Context, upstreamBin string) (*base
 	if err != nil {
 		return nil, err
 	}
-	b := &baseImages{busyboxLayer: bbLayer, agnhostLayers: []v1.Layer{bbLayer, agnLayer}, kubeSrc: mod.Dir}
+	b := &baseImages{busyboxLayer: bbLayer, agnhostLayers: []v1.Layer{bbLayer, agnLayer}, kubeSrc: mod.Dir,
+		kubeVersion: version, upstreamBin: upstreamBin, cfg: c}
 	if b.pause, err = imageOf(v1.Config{Entrypoint: []string{"/pause"}, Env: []string{imagePath}}, pauseLayer); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,6 +75,8 @@ var conformanceBuilders = map[string]imageBuilder{
 		return img, "", "USER 1234 over busybox (upstream: over debian-base)", err
 	},
 	"e2e-test-images/glibc-dns-testing": glibcDNSBuilder,
+	"e2e-test-images/sample-apiserver":  sampleAPIServerBuilder,
+	"etcd":                              etcdBuilder,
 	"e2e-test-images/kitten":            webserverBuilder("kitten"),
 	"e2e-test-images/nautilus":          webserverBuilder("nautilus"),
 }
@@ -92,6 +95,55 @@ func glibcDNSBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, st
 	}
 	img, err := imageOf(v1.Config{Cmd: []string{"sh"}, Env: []string{imagePath}}, b.busyboxLayer, layer)
 	return img, "", "Debian's dig and getent over busybox (upstream: Debian with dnsutils)", err
+}
+
+// errNotThisRun is returned by a builder whose image this run does not make: the image is
+// listed as not provided.
+var errNotThisRun = errors.New("not built for this run")
+
+// etcdBuilder: upstream's image is etcd's release binaries over a distroless base; the
+// sample API server's pod runs /usr/local/bin/etcd. Here: the harness's own etcd (the
+// version the pinned release names) over busybox.
+func etcdBuilder(_ context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
+	data, err := os.ReadFile(filepath.Join(b.upstreamBin, "etcd"))
+	if err != nil {
+		return nil, "", "", err
+	}
+	layer, err := layerOf([]tarFile{
+		{name: "usr/local", dir: true, mode: 0o755},
+		{name: "usr/local/bin", dir: true, mode: 0o755},
+		{name: "usr/local/bin/etcd", mode: 0o755, data: data},
+	})
+	if err != nil {
+		return nil, "", "", err
+	}
+	img, err := imageOf(v1.Config{Cmd: []string{"/usr/local/bin/etcd"}, Env: []string{imagePath}}, b.busyboxLayer, layer)
+	return img, "", "the harness's etcd (the pinned release's) over busybox (upstream: over distroless)", err
+}
+
+// sampleAPIServerBuilder builds k8s.io/sample-apiserver at the pinned release's staging
+// version (upstream's image tag is older: it builds an older sample-apiserver, which the
+// spec names "1.17" for history's sake) as the image's entrypoint, over busybox. A build of
+// its own: not for the smoke run.
+func sampleAPIServerBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
+	if !b.extra {
+		return nil, "", "", errNotThisRun
+	}
+	version := "v0." + strings.TrimPrefix(b.kubeVersion, "v1.")
+	bin, err := b.cfg.ensureModuleBinary(ctx, moduleBinary{name: "sample-apiserver", module: "k8s.io/sample-apiserver", version: version, pkg: "."})
+	if err != nil {
+		return nil, "", "", err
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, "", "", err
+	}
+	layer, err := layerOf([]tarFile{{name: "sample-apiserver", mode: 0o755, data: data}})
+	if err != nil {
+		return nil, "", "", err
+	}
+	img, err := imageOf(v1.Config{Entrypoint: []string{"/sample-apiserver"}, Env: []string{imagePath}}, b.busyboxLayer, layer)
+	return img, "k8s.io/sample-apiserver " + version + " (the pinned release's) under the older tag", "", err
 }
 
 func busyboxBuilder(_ context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
@@ -180,11 +232,12 @@ func webserverBuilder(image string) imageBuilder {
 // them with ConformanceRepoList) that the harness knows how to make, pushes each to the
 // local registry under that name, and returns what it pushed and the refs it cannot
 // provide. Run it after Up: the registry must be serving.
-func (c *Config) PushConformanceImages(ctx context.Context, upstreamBin string, refs []string) (pushed []ConformanceImage, missing []string, err error) {
+func (c *Config) PushConformanceImages(ctx context.Context, upstreamBin string, refs []string, extra bool) (pushed []ConformanceImage, missing []string, err error) {
 	b, err := c.buildBaseImages(ctx, upstreamBin)
 	if err != nil {
 		return nil, nil, err
 	}
+	b.extra = extra
 	for _, refStr := range refs {
 		repo, tag, ok := localRepoTag(refStr)
 		build := conformanceBuilders[repo]
@@ -193,6 +246,10 @@ func (c *Config) PushConformanceImages(ctx context.Context, upstreamBin string, 
 			continue
 		}
 		img, standIn, note, err := build(ctx, b, tag)
+		if errors.Is(err, errNotThisRun) {
+			missing = append(missing, refStr)
+			continue
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("image %s: %w", refStr, err)
 		}

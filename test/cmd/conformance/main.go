@@ -51,6 +51,7 @@ func main() {
 			opts.Focus = conformance.SmokeFocus()
 		}
 		opts.Name = "smoke-" + opts.Agent
+		opts.FewImages = true
 	} else if opts.Scope != "" {
 		opts.Name = opts.Agent + "-" + opts.Scope
 	}
