@@ -332,7 +332,14 @@ func runGinkgo(ctx context.Context, cfg *harness.Config, bin, dir, logName, repo
 	// Interrupted, ginkgo stops the specs, cleans up their namespaces and writes the report.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 2 * time.Minute
-	return cmd.Run()
+	// ginkgo and its e2e.test processes in a group of their own: a ginkgo killed past
+	// WaitDelay would leave its e2e.test processes running, so the group goes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // ESRCH when nothing is left
+	}
+	return err
 }
 
 func writeImages(path string, pushed []harness.ConformanceImage, missing []string) error {
