@@ -27,27 +27,33 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// setupNetwork makes the nodes' shared segment: a bridge that carries the first node's IP
-// (NodeIP) in the machine's namespace, where the other nodes plug in. A veth pair whose far
-// end has no address keeps the bridge up with no other node. The service and cluster
-// ranges are routed onto the segment, so that no packet for them leaves the machine
-// through the default route: what no node or rule claims dies there.
+// setupNetwork makes the nodes' shared segment: a bridge in a network namespace of its own
+// (lanNetns), with the machine's link onto it (lanLink) carrying the first node's IP
+// (NodeIP); the other nodes plug in there too. The service and cluster ranges are routed
+// onto the segment, so that no packet for them leaves the machine through the default
+// route: what no node or rule claims dies there.
 func (c *Config) setupNetwork(ctx context.Context) error {
 	steps := [][]string{
-		{"ip", "link", "add", lanBridge, "type", "bridge"},
-		{"ip", "addr", "add", fmt.Sprintf("%s/%d", NodeIP, lanPrefix), "dev", lanBridge},
-		{"ip", "link", "add", lanDead, "type", "veth", "peer", "name", lanDeadPeer},
-		{"ip", "link", "set", lanDead, "master", lanBridge, "up"},
-		{"ip", "link", "set", lanDeadPeer, "up"},
-		{"ip", "link", "set", lanBridge, "up"},
-		{"ip", "route", "replace", ServiceCIDR, "dev", lanBridge},
-		{"ip", "route", "replace", ClusterCIDR, "dev", lanBridge},
+		{"ip", "netns", "add", lanNetns},
+		{"ip", "-n", lanNetns, "link", "add", lanBridge, "type", "bridge"},
+		{"ip", "-n", lanNetns, "link", "set", lanBridge, "up"},
+		{"ip", "link", "add", lanLink, "type", "veth", "peer", "name", lanPort, "netns", lanNetns},
+		{"ip", "-n", lanNetns, "link", "set", lanPort, "master", lanBridge, "up"},
+		{"ip", "addr", "add", fmt.Sprintf("%s/%d", NodeIP, lanPrefix), "dev", lanLink},
+		{"ip", "link", "set", lanLink, "up"},
+		{"ip", "route", "replace", ServiceCIDR, "dev", lanLink},
+		{"ip", "route", "replace", ClusterCIDR, "dev", lanLink},
 	}
 	for _, s := range steps {
 		if _, err := run(ctx, s[0], s[1:]...); err != nil {
 			return err
 		}
 	}
+	// The switch only switches: no iptables on its bridged frames (br_netfilter's
+	// setting is per namespace where the kernel has it so).
+	_ = InNetns(lanNetns, func() error {
+		return os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("0"), 0o644)
+	})
 	// Bridged pod traffic and the port mappings of CNI need forwarding.
 	return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
 }
@@ -57,7 +63,7 @@ func (c *Config) setupNetwork(ctx context.Context) error {
 func (c *Config) teardownNetwork(ctx context.Context) error {
 	var errs []string
 	// vethNode is the first node's link of older runs, before the nodes shared a bridge.
-	devs := []string{lanBridge, lanDead, vethNode, bridgeDev}
+	devs := []string{lanLink, lanDead, vethNode, bridgeDev}
 	for i := 2; i <= MaxNodes; i++ {
 		devs = append(devs, "na-veth"+strconv.Itoa(i)) // gone with their node, unless it is stuck
 	}
@@ -68,9 +74,15 @@ func (c *Config) teardownNetwork(ctx context.Context) error {
 			}
 		}
 	}
+	// The switch's namespace, with the bridge and every port still in it.
+	if _, err := os.Stat(filepath.Join(netnsDir, lanNetns)); err == nil {
+		if _, err := run(ctx, "ip", "netns", "del", lanNetns); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
 	for _, cidr := range []string{ServiceCIDR, ClusterCIDR} {
 		// Routes via the segment went with it; only a route left by some other path remains.
-		if out, _ := run(ctx, "ip", "route", "show", cidr); strings.Contains(out, vethNode) || strings.Contains(out, lanBridge) {
+		if out, _ := run(ctx, "ip", "route", "show", cidr); strings.Contains(out, vethNode) || strings.Contains(out, lanLink) {
 			_, _ = run(ctx, "ip", "route", "del", cidr)
 		}
 	}

@@ -24,7 +24,8 @@ import (
 // namespaces of its own (network, mount, PID, UTS), made by a nodeinit process as its
 // PID 1: a node in every sense a kind node is, without a container engine. Each runs its
 // own containerd and node agent; they share the control plane, the registry and one L2
-// segment (the bridge lanBridge), with host-gw routes between their pod CIDRs.
+// segment (the bridge lanBridge in the switch's namespace lanNetns), with host-gw routes
+// between their pod CIDRs.
 type Node struct {
 	Index int
 	Name  string // the Node object's name (--hostname-override)
@@ -35,10 +36,17 @@ type Node struct {
 const MaxNodes = 8
 
 const (
-	lanBridge   = "na-lan"   // the nodes' shared segment; carries NodeIP in the machine's namespace
-	lanDead     = "na-dead0" // a port of the bridge that leads nowhere, so it always has a carrier
-	lanDeadPeer = "na-dead1"
-	netnsDir    = "/run/netns" // where `ip netns` looks; the harness's entries are na-<tag>
+	// The nodes' shared segment is a bridge in a network namespace of its own (the switch,
+	// as Docker's bridge is to kind's nodes): a bridge in the machine's namespace would
+	// run the first node's kube-proxy rules on frames bridged between other nodes
+	// (br_netfilter), and a NodePort of the first node reached from another node and
+	// forwarded back to it would be bridged past the masquerade and lost.
+	lanNetns  = "na-lan"     // the switch's network namespace
+	lanBridge = "lan"        // the bridge in it
+	lanLink   = "na-lan"     // the machine's link onto the segment: carries NodeIP
+	lanPort   = "machine"    // lanLink's peer, a port of the bridge
+	lanDead   = "na-dead0"   // older runs' dead bridge port (teardown only)
+	netnsDir  = "/run/netns" // where `ip netns` looks; the harness's entries are na-<tag>
 )
 
 // nodeAt returns the node of index i: nodeagent-node, then nodeagent-node2, -node3, …
@@ -156,8 +164,8 @@ func (c *Config) startNode(ctx context.Context, n Node) error {
 	host := "na-veth" + strconv.Itoa(n.Index+1)
 	ns := n.Netns()
 	steps := [][]string{
-		{"ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns},
-		{"ip", "link", "set", host, "master", lanBridge, "up"},
+		{"ip", "-n", lanNetns, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"ip", "-n", lanNetns, "link", "set", host, "master", lanBridge, "up"},
 		{"ip", "-n", ns, "link", "set", "lo", "up"},
 		{"ip", "-n", ns, "addr", "add", n.IP + "/24", "dev", "eth0"},
 		{"ip", "-n", ns, "link", "set", "eth0", "up"},

@@ -71,3 +71,41 @@ func TestServicesAcrossNodes(t *testing.T) {
 		return nil
 	})
 }
+
+// TestNodePortBackToItsNode: a pod on the second node calls the first node's NodePort of a
+// Service whose only endpoint is back on the second node. The first node forwards the
+// connection out the way it came, masqueraded; the conformance spec "session affinity
+// work for NodePort service" takes this path whenever affinity picks such an endpoint.
+func TestNodePortBackToItsNode(t *testing.T) {
+	if !framework.Cluster(t).Services {
+		t.Fatal("the cluster has no kube-proxy and CoreDNS (harness.Config.Services)")
+	}
+	first, second := nodes(t)
+	backend := run(t, netexec("np-backend", second, 0))
+	client := run(t, netexec("np-client", second, 0))
+	ctx := framework.Context(t, time.Minute)
+	cs := framework.Client(t)
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "np-backend"},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeNodePort,
+			Selector: map[string]string{"app": backend.Labels["app"]},
+			Ports:    []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Services(ns).Delete(context.Background(), svc.Name, metav1.DeleteOptions{}) })
+	port := int(svc.Spec.Ports[0].NodePort)
+	framework.Eventually(t, time.Minute, func() error {
+		got, err := netexecDial(client, "http", first.IP, port, "hostname")
+		if err != nil {
+			return err
+		}
+		if got != backend.Name {
+			return fmt.Errorf("%s:%d from %s answered %q, want %q", first.IP, port, second.Name, got, backend.Name)
+		}
+		return nil
+	})
+}
