@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -89,10 +90,17 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", cfg.Kubeconfig, err)
 	}
+	// The bootstrap kubeconfig may be gone, as the kubelet allows: kubeadm
+	// writes none on its first control-plane node and removes it after a
+	// join. The node then renews with its own certificate only.
 	csrCfg := nodeCfg
 	if cfg.BootstrapKubeconfig != "" {
-		if csrCfg, err = loadRESTConfig(cfg.BootstrapKubeconfig); err != nil {
-			return nil, fmt.Errorf("load bootstrap kubeconfig %s: %w", cfg.BootstrapKubeconfig, err)
+		if _, err := os.Stat(cfg.BootstrapKubeconfig); err == nil {
+			if csrCfg, err = loadRESTConfig(cfg.BootstrapKubeconfig); err != nil {
+				return nil, fmt.Errorf("load bootstrap kubeconfig %s: %w", cfg.BootstrapKubeconfig, err)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("bootstrap kubeconfig: %w", err)
 		}
 	}
 	c := &Client{cfg: cfg}

@@ -121,3 +121,33 @@ func TestRotationWatch(t *testing.T) {
 		})
 	}
 }
+
+// TestClientWithoutBootstrapKubeconfig: a bootstrap kubeconfig named but absent (kubeadm
+// writes none on its first control-plane node and removes it after a join) is no error
+// while the kubeconfig holds a certificate: the client starts on it.
+func TestClientWithoutBootstrapKubeconfig(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	csrClient, _ := newSignerClient(t, ca, time.Hour)
+	bc := bootstrapConfig(t, dir, csrClient)
+	bc.BootstrapKubeconfig = writeBootstrapKubeconfig(t, dir, "https://127.0.0.1:1", ca.pem)
+	if _, err := Bootstrap(context.Background(), bc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bc.BootstrapKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(context.Background(), ClientConfig{
+		Kubeconfig:          bc.Kubeconfig,
+		BootstrapKubeconfig: bc.BootstrapKubeconfig,
+		CertDir:             bc.CertDir,
+		NodeName:            "node-1",
+		NewClient:           func(*rest.Config) (kubernetes.Interface, error) { return csrClient, nil },
+	})
+	if err != nil {
+		t.Fatalf("NewClient with the bootstrap kubeconfig gone: %v", err)
+	}
+	if c.Current() == nil {
+		t.Error("no current certificate from the kubeconfig")
+	}
+}
