@@ -178,3 +178,22 @@ func TestMergePatch(t *testing.T) {
 		t.Errorf("merged = %v", got)
 	}
 }
+
+// The example operators copy must load as written: a misspelt field there
+// would be silently ignored on every node that uses it.
+func TestExampleManifestConfigLoads(t *testing.T) {
+	kc, warnings, err := loadKubeletConfig("../../manifests/config.yaml", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings: %v", warnings)
+	}
+	applyEvictionDefaults(kc)
+	if err := validateKubeletConfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	if kc.CgroupDriver != "cgroupfs" || !kc.ServerTLSBootstrap || kc.Authentication.X509.ClientCAFile != "/etc/kubernetes/pki/ca.crt" {
+		t.Errorf("driver %q serverTLSBootstrap %v clientCAFile %q", kc.CgroupDriver, kc.ServerTLSBootstrap, kc.Authentication.X509.ClientCAFile)
+	}
+}
