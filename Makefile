@@ -9,12 +9,13 @@
 #   make bench-micro  testing.B benchmarks of the agent's hot paths
 #   make conformance        the upstream conformance suite against nodeagent (docs/conformance.md)
 #   make conformance-smoke  a few fast conformance specs; fails on any failure
+#   make kubeadm      kubeadm init and two kubeadm joins with nodeagent as every node's kubelet
 
 GO      ?= go
 HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 
-.PHONY: all build up down test unit packages e2e e2e-tls upstream fmt vet bench bench-pvc bench-micro conformance conformance-smoke
+.PHONY: all build up down test unit packages e2e e2e-tls kubeadm upstream fmt vet bench bench-pvc bench-micro conformance conformance-smoke
 
 all: build
 
@@ -54,7 +55,14 @@ e2e:
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/lifecycle/
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/multinode/
 	$(GO) test -tags e2e -count=1 -timeout 20m -v ./test/e2e/csisanity/
+	$(MAKE) kubeadm
 	$(MAKE) e2e-tls
+
+# kubeadm init, then kubeadm join of two more nodes (an operator's JoinConfiguration and
+# kind's), each node with nodeagent installed from manifests/ as the kubelet's service, on
+# nodes in namespaces of their own; its own cluster, checked to leave nothing behind.
+kubeadm:
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/kubeadm/
 
 # TLS bootstrap and certificate rotation on a cluster of its own (NODEAGENT_TLS_BOOTSTRAP,
 # certificates issued for 2 minutes): about 2.5 minutes, most of it waiting for rotations.

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // AgentConfig is the KubeletConfiguration both agents get, so that nodeagent and the
@@ -155,17 +156,22 @@ func (c *Config) waitNodeReady(ctx context.Context, n Node) error {
 		return err
 	}
 	return c.waitReady(ctx, n.daemon("agent"), 2*time.Minute, func(ctx context.Context) error {
-		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, cond := range node.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("node %s is not Ready yet", n.Name)
+		return nodeReady(ctx, cs, n.Name)
 	})
+}
+
+// nodeReady says why the Node named name is not Ready, or nil when it is.
+func nodeReady(ctx context.Context, cs kubernetes.Interface, name string) error {
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+			return nil
+		}
+	}
+	return fmt.Errorf("node %s is not Ready yet", name)
 }
 
 // StopAgent stops the node agent (SIGTERM, as systemd does), leaving its pods running.

@@ -37,14 +37,13 @@ func Up(ctx context.Context, cfg *Config) error {
 	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
 		return err
 	}
-	steps := []struct {
-		name string
-		do   func(context.Context) error
-	}{
+	steps := []upStep{
 		{"install packages", cfg.ensurePackages},
 		{"node network", cfg.setupNetwork},
 		{"cgroup root", func(context.Context) error { return cfg.createCgroupRoot() }},
-		{"PKI and kubeconfigs", func(context.Context) error { return cfg.writePKI() }},
+	}
+	if !cfg.Kubeadm { // kubeadm makes its own
+		steps = append(steps, upStep{"PKI and kubeconfigs", func(context.Context) error { return cfg.writePKI() }})
 	}
 	for _, s := range steps {
 		if err := cfg.step(ctx, s.name, s.do); err != nil {
@@ -58,46 +57,10 @@ func Up(ctx context.Context, cfg *Config) error {
 	}); err != nil {
 		return err
 	}
-	more := []struct {
-		name string
-		do   func(context.Context) error
-	}{
-		{"etcd", func(ctx context.Context) error { return cfg.startEtcd(ctx, bin) }},
-		{"kube-apiserver", func(ctx context.Context) error { return cfg.startAPIServer(ctx, bin) }},
-		{"RBAC", cfg.bootstrapRBAC},
-		{"pod network RBAC", func(ctx context.Context) error {
-			if cfg.PodNetwork != PodNetworkAgent {
-				return nil
-			}
-			return cfg.ApplyPodNetworkRBAC(ctx)
-		}},
-		{"kube-controller-manager", func(ctx context.Context) error { return cfg.startControllerManager(ctx, bin) }},
-		{"kube-scheduler", func(ctx context.Context) error { return cfg.startScheduler(ctx, bin) }},
-		{"registries", cfg.startRegistries},
-		{"images pushed", func(ctx context.Context) error { return cfg.pushImages(ctx, bin) }},
-		{cfg.Runtime, cfg.startContainerd},
-		{"images pulled", cfg.pullImages},
-		{"node agent (" + cfg.Agent + ")", func(ctx context.Context) error { return cfg.startAgent(ctx, bin) }},
+	more := cfg.clusterSteps(bin)
+	if cfg.Kubeadm {
+		more = cfg.kubeadmSteps(bin)
 	}
-	for _, n := range cfg.Nodes()[1:] {
-		more = append(more, struct {
-			name string
-			do   func(context.Context) error
-		}{"node " + n.Name, func(ctx context.Context) error { return cfg.startWholeNode(ctx, n, bin) }})
-	}
-	if cfg.NodeCount > 1 && cfg.PodNetwork == PodNetworkHarness {
-		more = append(more, struct {
-			name string
-			do   func(context.Context) error
-		}{"routes between nodes", cfg.harnessRoutes})
-	}
-	if cfg.CSIHostpath {
-		more = append(more, struct {
-			name string
-			do   func(context.Context) error
-		}{"CSI hostpath driver", cfg.deployCSIHostpath})
-	}
-	more = append(more, cfg.serviceSteps(bin)...)
 	for _, s := range more {
 		if err := cfg.step(ctx, s.name, s.do); err != nil {
 			return err
@@ -106,6 +69,39 @@ func Up(ctx context.Context, cfg *Config) error {
 	cfg.ReportBuilds(start)
 	cfg.Logf("cluster up in %s; run dir %s", time.Since(start).Round(time.Second), cfg.RunDir)
 	return os.WriteFile(cfg.path("env"), []byte(cfg.Env()), 0o644)
+}
+
+// clusterSteps are the steps of Up for the harness's own cluster, after the upstream build:
+// its control plane, then its nodes, then what runs on them.
+func (c *Config) clusterSteps(bin string) []upStep {
+	more := []upStep{
+		{"etcd", func(ctx context.Context) error { return c.startEtcd(ctx, bin) }},
+		{"kube-apiserver", func(ctx context.Context) error { return c.startAPIServer(ctx, bin) }},
+		{"RBAC", c.bootstrapRBAC},
+		{"pod network RBAC", func(ctx context.Context) error {
+			if c.PodNetwork != PodNetworkAgent {
+				return nil
+			}
+			return c.ApplyPodNetworkRBAC(ctx)
+		}},
+		{"kube-controller-manager", func(ctx context.Context) error { return c.startControllerManager(ctx, bin) }},
+		{"kube-scheduler", func(ctx context.Context) error { return c.startScheduler(ctx, bin) }},
+		{"registries", c.startRegistries},
+		{"images pushed", func(ctx context.Context) error { return c.pushImages(ctx, bin) }},
+		{c.Runtime, c.startContainerd},
+		{"images pulled", c.pullImages},
+		{"node agent (" + c.Agent + ")", func(ctx context.Context) error { return c.startAgent(ctx, bin) }},
+	}
+	for _, n := range c.Nodes()[1:] {
+		more = append(more, upStep{"node " + n.Name, func(ctx context.Context) error { return c.startWholeNode(ctx, n, bin) }})
+	}
+	if c.NodeCount > 1 && c.PodNetwork == PodNetworkHarness {
+		more = append(more, upStep{"routes between nodes", c.harnessRoutes})
+	}
+	if c.CSIHostpath {
+		more = append(more, upStep{"CSI hostpath driver", c.deployCSIHostpath})
+	}
+	return append(more, c.serviceSteps(bin)...)
 }
 
 // Env is the shell environment to use the cluster with.
@@ -145,6 +141,7 @@ func Down(ctx context.Context, cfg *Config) error {
 		}
 	}
 	keep(cfg.stopNodes(ctx))
+	keep(cfg.removeMountpoints())
 	keep(cfg.stopDaemon(ctx, "agent", 30*time.Second))
 	if cfg.Running("containerd") {
 		keep(cfg.removeAllPods(ctx))

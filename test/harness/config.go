@@ -120,6 +120,14 @@ type Config struct {
 	// suite and the conformance runner turn it on; other clusters (benchmarks, the TLS
 	// suite) run without it unless NODEAGENT_SERVICES=1. Needs a node agent.
 	Services bool
+	// Kubeadm makes the cluster as kubeadm users do (env NODEAGENT_KUBEADM=1): no control
+	// plane of the harness's own; NodeCount nodes (default 3), each in namespaces of its
+	// own, with nodeagent installed from manifests/ as the kubelet's systemd service (run
+	// by the systemctl stand-in, test/cmd/systemctl). `kubeadm init` on the first makes the
+	// control plane out of nodeagent's static pods; the second joins with `kubeadm join`
+	// and a JoinConfiguration as an operator writes it, the others with kind's join
+	// configuration. Each agent makes its pod network (--pod-network=bridge). See kubeadm.go.
+	Kubeadm bool
 	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
 	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
 	// sh behaves as the one in upstream's e2e images.
@@ -181,6 +189,16 @@ func (c *Config) Complete() error {
 		}
 		c.CertDuration = d
 	}
+	if !c.Kubeadm {
+		c.Kubeadm = os.Getenv("NODEAGENT_KUBEADM") == "1"
+	}
+	if c.Kubeadm {
+		if c.Agent != AgentNodeagent || c.TLSBootstrap || c.Runtime != RuntimeContainerd {
+			return fmt.Errorf("kubeadm: the cluster runs nodeagent on containerd v2 (its nodes bootstrap as kubeadm has them)")
+		}
+		c.CSIHostpath, c.Services = false, false
+		c.PodNetwork = PodNetworkAgent
+	}
 	if v := os.Getenv("NODES"); c.NodeCount == 0 && v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -190,9 +208,12 @@ func (c *Config) Complete() error {
 	}
 	if c.NodeCount == 0 {
 		c.NodeCount = 1
+		if c.Kubeadm {
+			c.NodeCount = 3
+		}
 	}
-	if c.NodeCount < 1 || c.NodeCount > MaxNodes {
-		return fmt.Errorf("%d nodes: want 1 to %d", c.NodeCount, MaxNodes)
+	if c.NodeCount < 1 || c.NodeCount > MaxNodes || (c.Kubeadm && (c.NodeCount < 2 || c.NodeCount > MaxNodes-1)) {
+		return fmt.Errorf("%d nodes: want 1 to %d (2 to %d with kubeadm)", c.NodeCount, MaxNodes, MaxNodes-1)
 	}
 	if c.NodeCount > 1 && (c.Agent == AgentNone || c.TLSBootstrap || c.Runtime != RuntimeContainerd) {
 		return fmt.Errorf("%d nodes: several nodes run a node agent on containerd v2, without TLS bootstrap, for now", c.NodeCount)

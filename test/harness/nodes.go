@@ -59,11 +59,16 @@ func nodeAt(i int) Node {
 	return n
 }
 
-// Nodes lists the cluster's nodes, the first one first.
+// Nodes lists the cluster's nodes, the first one first. A kubeadm cluster has none in the
+// machine's own namespaces: its nodes start at the second index (nodeagent-node2).
 func (c *Config) Nodes() []Node {
+	first := 0
+	if c.Kubeadm {
+		first = 1
+	}
 	out := make([]Node, 0, c.NodeCount)
 	for i := range c.NodeCount {
-		out = append(out, nodeAt(i))
+		out = append(out, nodeAt(first+i))
 	}
 	return out
 }
@@ -128,12 +133,20 @@ func (c *Config) initSocket(n Node) string { return c.path("nodes", n.tag(), "in
 
 // startNode makes node n's namespaces: it starts nodeinit in new ones, names its network
 // namespace for `ip netns`, and wires it to the shared segment.
-func (c *Config) startNode(ctx context.Context, n Node) error {
+// Each of binds puts a dir of the machine (the node's own, made if missing) over a path
+// of the node's view.
+func (c *Config) startNode(ctx context.Context, n Node, binds ...[2]string) error {
 	bin, err := c.nodeinitBinary(ctx)
 	if err != nil {
 		return err
 	}
 	args := []string{"--hostname=" + n.Name, "--socket=" + c.initSocket(n), "--detach=" + c.RunDir}
+	for _, b := range binds {
+		if err := os.MkdirAll(b[0], 0o755); err != nil {
+			return err
+		}
+		args = append(args, "--bind="+b[0]+":"+b[1])
+	}
 	for _, d := range nodeOwnDirs {
 		own := c.nodePath(n, d)
 		if err := os.MkdirAll(own, 0o755); err != nil {
@@ -346,6 +359,7 @@ func (c *Config) stopNodes(ctx context.Context) error {
 	var errs []error
 	nodes := c.extraNodesOnDisk()
 	for _, n := range nodes {
+		errs = append(errs, c.stopNodeUnits(ctx, n)) // a kubeadm node's agent
 		errs = append(errs, c.stopDaemon(ctx, n.daemon("agent"), 30*time.Second))
 	}
 	for _, n := range nodes {

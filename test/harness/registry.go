@@ -58,7 +58,7 @@ http:
 		"auth.yml": base(AuthRegistry) + auth,
 	}
 	daemons := map[string]string{"registry": "open.yml", "registry-auth": "auth.yml"}
-	if c.NodeCount > 1 {
+	if c.NodeCount > 1 || c.Kubeadm {
 		// The same two on the nodes' segment: the other nodes' 127.0.0.1 is their own.
 		files["open-lan.yml"], files["auth-lan.yml"] = base(lanRegistryAddr), base(lanAuthRegistry)+auth
 		daemons["registry-lan"], daemons["registry-auth-lan"] = "open-lan.yml", "auth-lan.yml"

@@ -5,25 +5,13 @@ import "context"
 // serviceSteps are the steps of Up that give the cluster Services and DNS, when
 // Config.Services asks for them: kube-proxy on every node, then CoreDNS, whose readiness
 // needs the kubernetes Service that kube-proxy routes.
-func (c *Config) serviceSteps(upstreamBin string) []struct {
-	name string
-	do   func(context.Context) error
-} {
+func (c *Config) serviceSteps(upstreamBin string) []upStep {
 	if !c.Services {
 		return nil
 	}
-	var steps []struct {
-		name string
-		do   func(context.Context) error
-	}
+	var steps []upStep
 	for _, n := range c.Nodes() {
-		steps = append(steps, struct {
-			name string
-			do   func(context.Context) error
-		}{"kube-proxy on " + n.Name, func(ctx context.Context) error { return c.startKubeProxy(ctx, n, upstreamBin) }})
+		steps = append(steps, upStep{"kube-proxy on " + n.Name, func(ctx context.Context) error { return c.startKubeProxy(ctx, n, upstreamBin) }})
 	}
-	return append(steps, struct {
-		name string
-		do   func(context.Context) error
-	}{"CoreDNS", c.deployCoreDNS})
+	return append(steps, upStep{"CoreDNS", c.deployCoreDNS})
 }

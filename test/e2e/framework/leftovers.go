@@ -24,6 +24,7 @@ type MachineState struct {
 	Iptables  []string // rules and chains of the harness's CNI network, kube-proxy's and the kubelet's
 	Nftables  []string // kube-proxy's nftables tables
 	Routes    []string // routes through the harness's interfaces
+	Paths     []string // kubeadm's fixed paths (a kubeadm cluster's nodes have their own)
 }
 
 // ReadMachineState reads the current state for a harness using cfg.
@@ -125,6 +126,11 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 			}
 		}
 	}
+	for _, p := range []string{"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd"} {
+		if _, err := os.Lstat(p); err == nil {
+			s.Paths = append(s.Paths, p)
+		}
+	}
 	return s, nil
 }
 
@@ -145,6 +151,7 @@ func Leftovers(before, after MachineState) []string {
 	add("route", after.Routes)
 	add("interface", newItems(before.Links, after.Links))
 	add("netns", newItems(before.Netns, after.Netns))
+	add("path", newItems(before.Paths, after.Paths))
 	for _, l := range after.Links {
 		if strings.HasPrefix(l, "na-") {
 			add("interface", []string{l})

@@ -1,0 +1,331 @@
+//go:build e2e
+
+// Package kubeadm makes a cluster the way kubeadm's users do, with nodeagent as every
+// node's kubelet (harness.Config.Kubeadm): nodeagent installed from manifests/ as the
+// kubelet's systemd service, `kubeadm init` on the first node, whose control plane then
+// runs as nodeagent's static pods; `kubeadm join` of the second node with a
+// JoinConfiguration as an operator writes it, and of the third with kind's. Bringing the
+// cluster up is the first check: kubeadm exits 0 on every node and every Node gets Ready
+// (TestMain fails the binary otherwise). The tests check what kubeadm's users see then.
+package kubeadm
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeagent/nodeagent/test/e2e/framework"
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+func TestMain(m *testing.M) {
+	framework.MainWith(m, &harness.Config{Kubeadm: true, NodeCount: 3})
+}
+
+const controlPlaneRole = "node-role.kubernetes.io/control-plane"
+
+func nodes(t *testing.T) (cp harness.Node, workers []harness.Node) {
+	t.Helper()
+	all := framework.Cluster(t).Nodes()
+	if len(all) != 3 {
+		t.Fatalf("%d nodes, want 3", len(all))
+	}
+	return all[0], all[1:]
+}
+
+// TestNodesReadyWithRoles: every node is Ready at its address with a pod CIDR of its own;
+// kubeadm's mark-control-plane labelled and tainted the first, and only the first.
+func TestNodesReadyWithRoles(t *testing.T) {
+	ctx := framework.Context(t, time.Minute)
+	cs := framework.Client(t)
+	cp, _ := nodes(t)
+	cidrs := map[string]string{}
+	for _, n := range framework.Cluster(t).Nodes() {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := false
+		for _, c := range node.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		var internal string
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				internal = a.Address
+			}
+		}
+		if !ready || internal != n.IP || node.Spec.PodCIDR == "" {
+			t.Errorf("node %s: ready %v, InternalIP %q (want %s), podCIDR %q", n.Name, ready, internal, n.IP, node.Spec.PodCIDR)
+		}
+		if other, dup := cidrs[node.Spec.PodCIDR]; dup {
+			t.Errorf("nodes %s and %s share the pod CIDR %s", other, n.Name, node.Spec.PodCIDR)
+		}
+		cidrs[node.Spec.PodCIDR] = n.Name
+		_, labelled := node.Labels[controlPlaneRole]
+		tainted := false
+		for _, taint := range node.Spec.Taints {
+			tainted = tainted || (taint.Key == controlPlaneRole && taint.Effect == corev1.TaintEffectNoSchedule)
+		}
+		if want := n.Name == cp.Name; labelled != want || tainted != want {
+			t.Errorf("node %s: control-plane label %v, taint %v; want both %v", n.Name, labelled, tainted, want)
+		}
+	}
+}
+
+// TestControlPlaneIsStaticPods: the four components kubeadm wrote to
+// /etc/kubernetes/manifests run as nodeagent's static pods, mirrored in kube-system as the
+// kubelet mirrors them (the config.mirror annotation, the Node as controlling owner),
+// Running and Ready, and `kubectl get pods -n kube-system` lists them.
+func TestControlPlaneIsStaticPods(t *testing.T) {
+	cp, _ := nodes(t)
+	cs := framework.Client(t)
+	listed := framework.Kubectl(t, "get", "pods", "-n", "kube-system", "-o", "name")
+	for _, component := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		name := component + "-" + cp.Name
+		if !strings.Contains(listed, "pod/"+name+"\n") {
+			t.Errorf("kubectl get pods -n kube-system does not list %s:\n%s", name, listed)
+		}
+		framework.Eventually(t, 2*time.Minute, func() error {
+			pod, err := cs.CoreV1().Pods("kube-system").Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if pod.Annotations["kubernetes.io/config.mirror"] == "" || pod.Annotations["kubernetes.io/config.mirror"] != pod.Annotations["kubernetes.io/config.hash"] {
+				return fmt.Errorf("%s: config.mirror %q, config.hash %q", name, pod.Annotations["kubernetes.io/config.mirror"], pod.Annotations["kubernetes.io/config.hash"])
+			}
+			if refs := pod.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Node" || refs[0].Name != cp.Name || refs[0].Controller == nil || !*refs[0].Controller {
+				return fmt.Errorf("%s: owner references %+v, want the Node %s as controller", name, refs, cp.Name)
+			}
+			if pod.Spec.NodeName != cp.Name || pod.Status.Phase != corev1.PodRunning || !podReady(pod) {
+				return fmt.Errorf("%s on %q: phase %s, ready %v", name, pod.Spec.NodeName, pod.Status.Phase, podReady(pod))
+			}
+			return nil
+		})
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// TestWorkersJoinedByTLSBootstrap: each worker came in through a bootstrap token: its
+// client CSR (signer kube-apiserver-client-kubelet) was requested by the token's identity,
+// approved by the controller-manager and issued; the agent keeps the certificate as the
+// kubelet does (kubelet-client-current.pem, a link to a kubelet-client-<timestamp>.pem),
+// kubelet.conf names it, and kubeadm removed the bootstrap kubeconfig.
+func TestWorkersJoinedByTLSBootstrap(t *testing.T) {
+	_, workers := nodes(t)
+	c := framework.Cluster(t)
+	ctx := framework.Context(t, time.Minute)
+	csrs, err := framework.Client(t).CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenUser := "system:bootstrap:" + strings.SplitN(harness.KubeadmToken, ".", 2)[0]
+	timestamped := regexp.MustCompile(`^kubelet-client-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}\.pem$`)
+	for _, n := range workers {
+		t.Run(n.Name, func(t *testing.T) {
+			var found *certificatesv1.CertificateSigningRequest
+			for i := range csrs.Items {
+				csr := &csrs.Items[i]
+				if csr.Spec.SignerName == certificatesv1.KubeAPIServerClientKubeletSignerName && requestCN(t, csr) == "system:node:"+n.Name {
+					found = csr
+				}
+			}
+			if found == nil {
+				t.Fatalf("no %s CSR for system:node:%s", certificatesv1.KubeAPIServerClientKubeletSignerName, n.Name)
+			}
+			approved := false
+			for _, cond := range found.Status.Conditions {
+				approved = approved || (cond.Type == certificatesv1.CertificateApproved && cond.Status == corev1.ConditionTrue)
+			}
+			if found.Spec.Username != tokenUser || !approved || len(found.Status.Certificate) == 0 {
+				t.Errorf("CSR %s: requested by %q (want %q), approved %v, issued %v", found.Name, found.Spec.Username, tokenUser, approved, len(found.Status.Certificate) > 0)
+			}
+			pki := filepath.Join(c.KubeadmNodeDir(n, "/var/lib/kubelet"), "pki")
+			target, err := os.Readlink(filepath.Join(pki, "kubelet-client-current.pem"))
+			if err != nil {
+				t.Fatalf("kubelet-client-current.pem: %v", err)
+			}
+			if !timestamped.MatchString(filepath.Base(target)) {
+				t.Errorf("kubelet-client-current.pem links to %q, want kubelet-client-<timestamp>.pem", target)
+			}
+			etc := c.KubeadmNodeDir(n, "/etc/kubernetes")
+			kubeconfig, err := os.ReadFile(filepath.Join(etc, "kubelet.conf"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(kubeconfig), "/var/lib/kubelet/pki/kubelet-client-current.pem") {
+				t.Errorf("kubelet.conf does not name /var/lib/kubelet/pki/kubelet-client-current.pem:\n%s", kubeconfig)
+			}
+			if _, err := os.Stat(filepath.Join(etc, "bootstrap-kubelet.conf")); !os.IsNotExist(err) {
+				t.Errorf("bootstrap-kubelet.conf still there after the join (%v)", err)
+			}
+		})
+	}
+}
+
+// requestCN is the common name a CSR asks for.
+func requestCN(t *testing.T, csr *certificatesv1.CertificateSigningRequest) string {
+	t.Helper()
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		t.Fatalf("CSR %s: no PEM request", csr.Name)
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		t.Fatalf("CSR %s: %v", csr.Name, err)
+	}
+	return req.Subject.CommonName
+}
+
+// TestPodsOnEveryNodeReachEachOther: a pod runs on each node (on the control plane by
+// tolerating its taint), and the pod on the first worker reaches every other one by its
+// pod IP, across the nodes' own pod networks; `kubectl exec` goes through the apiserver
+// to each agent.
+func TestPodsOnEveryNodeReachEachOther(t *testing.T) {
+	var pods []*corev1.Pod
+	for _, n := range framework.Cluster(t).Nodes() {
+		pods = append(pods, run(t, netexec("netexec-"+n.Name, n)))
+	}
+	client := pods[1] // on the first worker
+	for _, p := range pods {
+		if p == client {
+			continue
+		}
+		url := fmt.Sprintf("http://%s:8080/hostname", p.Status.PodIP)
+		framework.Eventually(t, time.Minute, func() error {
+			out, err := framework.KubectlErr(t, "exec", "-n", "default", client.Name, "--", "curl", "-sS", "--max-time", "5", url)
+			if err != nil {
+				return err
+			}
+			if out != p.Name {
+				return fmt.Errorf("%s from %s on %s answered %q, want %q", url, client.Name, client.Spec.NodeName, out, p.Name)
+			}
+			return nil
+		})
+	}
+}
+
+// netexec is agnhost's netexec on node n (HTTP on 8080), tolerating the control plane's
+// taint.
+func netexec(name string, n harness.Node) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:    n.Name,
+			Tolerations: []corev1.Toleration{{Key: controlPlaneRole, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{
+				Name: "netexec", Image: harness.AgnhostImage,
+				Args:  []string{"netexec", "--http-port=8080"},
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+					HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+			}},
+		},
+	}
+}
+
+// run creates pod and waits for it to be Ready; it is deleted when the test ends.
+func run(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := framework.Context(t, 3*time.Minute)
+	cs := framework.Client(t)
+	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	var got *corev1.Pod
+	framework.Eventually(t, 3*time.Minute, func() error {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !podReady(p) {
+			return fmt.Errorf("pod %s on %s not ready: phase %s %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		got = p
+		return nil
+	})
+	return got
+}
+
+// TestRestartKeepsStaticPods: `systemctl restart kubelet` on the control-plane node, as
+// kubeadm's kubelet-finalize and upgrades do it: the agent comes back under a new pid and
+// adopts the running control plane: every static pod keeps its container, its mirror pod
+// stays, and the Node stays Ready. (Last: the other tests need no restart.)
+func TestRestartKeepsStaticPods(t *testing.T) {
+	cp, _ := nodes(t)
+	c := framework.Cluster(t)
+	cs := framework.Client(t)
+	ctx := framework.Context(t, 3*time.Minute)
+	containers := func() map[string]string {
+		out := map[string]string{}
+		for _, component := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			pod, err := cs.CoreV1().Pods("kube-system").Get(ctx, component+"-"+cp.Name, metav1.GetOptions{})
+			if err != nil || len(pod.Status.ContainerStatuses) != 1 {
+				continue
+			}
+			out[component] = pod.Status.ContainerStatuses[0].ContainerID
+		}
+		return out
+	}
+	before := containers()
+	if len(before) != 4 {
+		t.Fatalf("control plane containers before the restart: %v", before)
+	}
+	mainPid := func() string {
+		data, _ := os.ReadFile(filepath.Join(c.UnitStateDir(cp), "kubelet.service.mainpid"))
+		return strings.TrimSpace(string(data))
+	}
+	pid := mainPid()
+	cmd, err := c.NodeCommand(ctx, cp, "systemctl", "restart", "kubelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("systemctl restart kubelet: %v: %s", err, out)
+	}
+	if now := mainPid(); now == pid || now == "" {
+		t.Fatalf("the agent's pid after the restart: %q (was %q)", now, pid)
+	}
+	// The restarted agent reports the pods again; their containers must be the same.
+	framework.Eventually(t, 2*time.Minute, func() error {
+		node, err := cs.CoreV1().Nodes().Get(ctx, cp.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ready := false
+		for _, cond := range node.Status.Conditions {
+			ready = ready || (cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue)
+		}
+		if !ready {
+			return fmt.Errorf("node %s not Ready after the restart", cp.Name)
+		}
+		if after := containers(); fmt.Sprint(after) != fmt.Sprint(before) {
+			return fmt.Errorf("containers after the restart %v, before %v", after, before)
+		}
+		return nil
+	})
+}
