@@ -234,7 +234,18 @@ func (c *Config) startKubeadmNode(ctx context.Context, n Node) error {
 	if err := c.startNode(ctx, n, binds...); err != nil {
 		return err
 	}
-	return c.startNodeContainerd(ctx, n)
+	if err := c.startNodeContainerd(ctx, n); err != nil {
+		return err
+	}
+	// What the operator does after installing the units (kubeadm's preflight warns otherwise).
+	cmd, err := c.NodeCommand(ctx, n, "systemctl", "enable", "kubelet")
+	if err != nil {
+		return err
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("systemctl enable kubelet on %s: %w: %s", n.Name, err, out)
+	}
+	return nil
 }
 
 // makeMountpoint makes dir on the machine if it is missing, and records it for teardown.
@@ -504,6 +515,13 @@ func (c *Config) stopNodeUnits(ctx context.Context, n Node) error {
 			if !waitFor(ctx, 10*time.Second, func() bool { return !alive() }) {
 				errs = append(errs, fmt.Errorf("%s of node %s survives SIGKILL", filepath.Base(f), n.Name))
 			}
+		}
+	}
+	// The services' logs outlive the run dir, as the harness's daemons' do.
+	logs, _ := filepath.Glob(filepath.Join(c.UnitStateDir(n), "*.log"))
+	for _, l := range logs {
+		if data, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(c.LogDir(), n.tag()+"-"+filepath.Base(l)), data, 0o644)
 		}
 	}
 	return errors.Join(errs...)

@@ -11,7 +11,9 @@
 // Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
 // NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none),
 // NODEAGENT_CSI_HOSTPATH=0 for a cluster without the hostpath CSI driver,
-// NODEAGENT_SERVICES=0 for one without kube-proxy and CoreDNS.
+// NODEAGENT_SERVICES=0 for one without kube-proxy and CoreDNS, NODEAGENT_KUBEADM=1 for a
+// cluster that kubeadm makes on nodes running nodeagent as their kubelet (NODES of them,
+// default 3).
 package main
 
 import (

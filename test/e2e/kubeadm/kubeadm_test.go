@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
 	"github.com/nodeagent/nodeagent/test/harness"
@@ -272,34 +273,65 @@ func run(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 }
 
 // TestRestartKeepsStaticPods: `systemctl restart kubelet` on the control-plane node, as
-// kubeadm's kubelet-finalize and upgrades do it: the agent comes back under a new pid and
-// adopts the running control plane: every static pod keeps its container, its mirror pod
-// stays, and the Node stays Ready. (Last: the other tests need no restart.)
+// kubeadm's kubelet-finalize and upgrades do it: the agent comes back under a new pid,
+// renews the node's Lease, and adopts the running control plane: for 15 s after that every
+// static pod still has the one container it had, running (seen through the node's CRI),
+// and its mirror pod keeps its UID. (Last: the other tests need no restart.)
 func TestRestartKeepsStaticPods(t *testing.T) {
 	cp, _ := nodes(t)
 	c := framework.Cluster(t)
 	cs := framework.Client(t)
 	ctx := framework.Context(t, 3*time.Minute)
-	containers := func() map[string]string {
+	components := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+	mirrorUIDs := func() (map[string]string, error) {
 		out := map[string]string{}
-		for _, component := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		for _, component := range components {
 			pod, err := cs.CoreV1().Pods("kube-system").Get(ctx, component+"-"+cp.Name, metav1.GetOptions{})
-			if err != nil || len(pod.Status.ContainerStatuses) != 1 {
+			if err != nil {
+				return nil, err
+			}
+			out[component] = string(pod.UID)
+		}
+		return out, nil
+	}
+	rt, _, closeCRI, err := c.NodeCRI(ctx, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeCRI()
+	// The control plane's containers as the runtime has them: pod name → running container IDs.
+	running := func() (map[string][]string, error) {
+		resp, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		if err != nil {
+			return nil, err
+		}
+		out := map[string][]string{}
+		for _, ctr := range resp.Containers {
+			if ctr.Labels["io.kubernetes.pod.namespace"] != "kube-system" {
 				continue
 			}
-			out[component] = pod.Status.ContainerStatuses[0].ContainerID
+			pod := ctr.Labels["io.kubernetes.pod.name"]
+			if ctr.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				return nil, fmt.Errorf("container %s of %s is %s", ctr.Id, pod, ctr.State)
+			}
+			out[pod] = append(out[pod], ctr.Id)
 		}
-		return out
+		return out, nil
 	}
-	before := containers()
-	if len(before) != 4 {
-		t.Fatalf("control plane containers before the restart: %v", before)
+	beforeUIDs, err := mirrorUIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := running()
+	if err != nil || len(before) != len(components) {
+		t.Fatalf("control plane containers before the restart: %v (%v)", before, err)
 	}
 	mainPid := func() string {
 		data, _ := os.ReadFile(filepath.Join(c.UnitStateDir(cp), "kubelet.service.mainpid"))
 		return strings.TrimSpace(string(data))
 	}
 	pid := mainPid()
+	restarted := time.Now()
 	cmd, err := c.NodeCommand(ctx, cp, "systemctl", "restart", "kubelet")
 	if err != nil {
 		t.Fatal(err)
@@ -310,22 +342,30 @@ func TestRestartKeepsStaticPods(t *testing.T) {
 	if now := mainPid(); now == pid || now == "" {
 		t.Fatalf("the agent's pid after the restart: %q (was %q)", now, pid)
 	}
-	// The restarted agent reports the pods again; their containers must be the same.
 	framework.Eventually(t, 2*time.Minute, func() error {
-		node, err := cs.CoreV1().Nodes().Get(ctx, cp.Name, metav1.GetOptions{})
+		lease, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, cp.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		ready := false
-		for _, cond := range node.Status.Conditions {
-			ready = ready || (cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue)
-		}
-		if !ready {
-			return fmt.Errorf("node %s not Ready after the restart", cp.Name)
-		}
-		if after := containers(); fmt.Sprint(after) != fmt.Sprint(before) {
-			return fmt.Errorf("containers after the restart %v, before %v", after, before)
+		if lease.Spec.RenewTime == nil || !lease.Spec.RenewTime.After(restarted) {
+			return fmt.Errorf("lease of %s not renewed since the restart at %s (%v)", cp.Name, restarted.Format(time.RFC3339), lease.Spec.RenewTime)
 		}
 		return nil
 	})
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		after, err := running()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("control plane containers after the restart %v, before %v", after, before)
+		}
+		uids, err := mirrorUIDs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(uids) != fmt.Sprint(beforeUIDs) {
+			t.Fatalf("mirror pods after the restart %v, before %v", uids, beforeUIDs)
+		}
+	}
 }
