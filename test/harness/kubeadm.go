@@ -31,15 +31,20 @@ import (
 // on), every further one with kind's join configuration (its well-known token, the CA
 // unverified, preflight skipped).
 
+// lanCIDR is the nodes' segment, where a kubeadm cluster's NodePorts answer.
+var lanCIDR = fmt.Sprintf("10.254.254.0/%d", lanPrefix)
+
 // KubeadmToken is the bootstrap token the cluster is made with: kind's well-known one.
 const KubeadmToken = "abcdef.0123456789abcdef"
 
 // kubeadmPaths are kubeadm's fixed paths on a node, each bound from the node's own dir
 // of the same name under the run dir (nodes/<tag>/<name>).
+// /lib/modules, absent on this machine, is mounted read-only into kube-proxy's pods.
 var kubeadmPaths = map[string]string{
 	"etc-kubernetes":  "/etc/kubernetes",
 	"var-lib-kubelet": "/var/lib/kubelet",
 	"var-lib-etcd":    "/var/lib/etcd",
+	"lib-modules":     "/lib/modules",
 }
 
 // kubeadmBinDir is the node's /usr/local/bin, the same for every node.
@@ -142,18 +147,9 @@ func (c *Config) pushControlPlaneImages(ctx context.Context, bin string) error {
 			}
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(bin, binary))
+		layer, err := controlPlaneLayer(ctx, bin, binary)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", ref, err)
-		}
-		layer, err := layerOf([]tarFile{
-			{name: "tmp", mode: 0o1777, dir: true},
-			{name: "usr", mode: 0o755, dir: true}, {name: "usr/local", mode: 0o755, dir: true},
-			{name: "usr/local/bin", mode: 0o755, dir: true},
-			{name: "usr/local/bin/" + binary, mode: 0o755, data: data},
-		})
-		if err != nil {
-			return err
 		}
 		img, err := imageOf(v1.Config{Entrypoint: []string{"/usr/local/bin/" + binary}, Env: []string{imagePath}}, layer)
 		if err != nil {
@@ -164,6 +160,46 @@ func (c *Config) pushControlPlaneImages(ctx context.Context, bin string) error {
 		}
 	}
 	return nil
+}
+
+// controlPlaneLayer holds binary at /usr/local/bin, and /tmp. kube-proxy's has this
+// machine's iptables too (nf_tables, as upstream's image picks where the host uses it).
+func controlPlaneLayer(ctx context.Context, bin, binary string) (v1.Layer, error) {
+	data, err := os.ReadFile(filepath.Join(bin, binary))
+	if err != nil {
+		return nil, err
+	}
+	files := []tarFile{{name: "usr/local/bin/" + binary, mode: 0o755, data: data}}
+	if binary == "kube-proxy" {
+		// iptables loads its matches and targets as plugins, which ldd does not list.
+		plugins, _ := filepath.Glob("/usr/lib/*/xtables/*.so")
+		if len(plugins) == 0 {
+			return nil, fmt.Errorf("no iptables plugins (/usr/lib/*/xtables/*.so) on this machine")
+		}
+		want := map[string]string{"usr/sbin/xtables-nft-multi": "/usr/sbin/xtables-nft-multi"}
+		for _, p := range plugins {
+			want[strings.TrimPrefix(p, "/")] = p
+		}
+		tools, err := hostToolFiles(ctx, want)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range tools {
+			if !f.dir {
+				files = append(files, f)
+			}
+		}
+		for _, name := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+			files = append(files, tarFile{name: "usr/sbin/" + name, linkname: "xtables-nft-multi"})
+		}
+		protocols, err := os.ReadFile("/etc/protocols")
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, tarFile{name: "etc/protocols", mode: 0o644, data: protocols})
+	}
+	tmp := tarFile{name: "tmp", mode: 0o1777, dir: true}
+	return layerOf(append(append([]tarFile{tmp}, parentDirs(files)...), files...))
 }
 
 // installNodeFiles makes what an operator installs on each node: the binaries in
@@ -307,8 +343,10 @@ func (c *Config) kubeletExtraArgs(n Node) string {
 
 // kubeadmInitConfig is the first node's kubeadm configuration: kubeadm's defaults but for
 // what this machine needs (cgroupfs and cgroup v1, no swap check), the node's address, the
-// pod and service ranges of the harness, and no kube-proxy or CoreDNS addons (the agents
-// make the pod network; CoreDNS's Corefile would forward off the machine).
+// pod and service ranges of the harness. The kube-proxy addon is kind's way: it changes no
+// sysctl outside the node's network namespace (conntrack's limits and timeouts left alone)
+// and serves NodePorts on the nodes' segment. No CoreDNS addon: kubeadm's Corefile
+// forwards what it cannot answer to the machine's resolver, off the machine.
 func (c *Config) kubeadmInitConfig() string {
 	cp := c.KubeadmControlPlane()
 	version, _ := KubeVersion(c.RepoDir)
@@ -336,10 +374,22 @@ networking:
   podSubnet: %[8]s
   serviceSubnet: %[9]s
   dnsDomain: %[10]s
-proxy:
-  disabled: true
 dns:
   disabled: true
+---
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+nodePortAddresses: [%[11]s]
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
 ---
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -347,7 +397,7 @@ cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
 `, KubeadmToken, cp.IP, APIServerPort, c.criSocketURL(), c.kubeletExtraArgs(cp), c.kubeadmPatchDir(cp),
-		version, ClusterCIDR, ServiceCIDR, ClusterDomain)
+		version, ClusterCIDR, ServiceCIDR, ClusterDomain, lanCIDR)
 }
 
 // kubeadmJoinConfig is a worker's JoinConfiguration: as an operator writes it (the CA

@@ -126,7 +126,7 @@ func ReadMachineState(cfg *harness.Config) (MachineState, error) {
 			}
 		}
 	}
-	for _, p := range []string{"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd"} {
+	for _, p := range []string{"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/lib/modules"} {
 		if _, err := os.Lstat(p); err == nil {
 			s.Paths = append(s.Paths, p)
 		}

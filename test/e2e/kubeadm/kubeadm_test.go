@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -226,6 +227,53 @@ func TestPodsOnEveryNodeReachEachOther(t *testing.T) {
 	}
 }
 
+// TestKubeProxyDaemonSet: kubeadm's kube-proxy addon is a DaemonSet (host network,
+// privileged, a ConfigMap and hostPath volumes, a service account token): its pod is Ready
+// on every node, and a ClusterIP Service whose backend is on one worker answers a pod on
+// the other through the rules of its node's kube-proxy.
+func TestKubeProxyDaemonSet(t *testing.T) {
+	cs := framework.Client(t)
+	ctx := framework.Context(t, 4*time.Minute)
+	want := int32(len(framework.Cluster(t).Nodes()))
+	framework.Eventually(t, 3*time.Minute, func() error {
+		ds, err := cs.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ds.Status.DesiredNumberScheduled != want || ds.Status.NumberReady != want {
+			return fmt.Errorf("kube-proxy: %d of %d pods ready, %d scheduled; want %d", ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, ds.Status.CurrentNumberScheduled, want)
+		}
+		return nil
+	})
+	_, workers := nodes(t)
+	backend := netexec("svc-backend", workers[0])
+	backend.Labels = map[string]string{"app": "svc-backend"}
+	backend = run(t, backend)
+	client := run(t, netexec("svc-client", workers[1]))
+	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "svc-backend"},
+		Spec: corev1.ServiceSpec{
+			Selector: backend.Labels,
+			Ports:    []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{}) })
+	url := fmt.Sprintf("http://%s/hostname", svc.Spec.ClusterIP)
+	framework.Eventually(t, 2*time.Minute, func() error {
+		out, err := framework.KubectlErr(t, "exec", "-n", "default", client.Name, "--", "curl", "-sS", "--max-time", "5", url)
+		if err != nil {
+			return err
+		}
+		if out != backend.Name {
+			return fmt.Errorf("%s from %s answered %q, want %q", url, client.Spec.NodeName, out, backend.Name)
+		}
+		return nil
+	})
+}
+
 // netexec is agnhost's netexec on node n (HTTP on 8080), tolerating the control plane's
 // taint.
 func netexec(name string, n harness.Node) *corev1.Pod {
@@ -283,6 +331,10 @@ func TestRestartKeepsStaticPods(t *testing.T) {
 	cs := framework.Client(t)
 	ctx := framework.Context(t, 3*time.Minute)
 	components := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+	var staticPods []string
+	for _, component := range components {
+		staticPods = append(staticPods, component+"-"+cp.Name)
+	}
 	mirrorUIDs := func() (map[string]string, error) {
 		out := map[string]string{}
 		for _, component := range components {
@@ -307,10 +359,10 @@ func TestRestartKeepsStaticPods(t *testing.T) {
 		}
 		out := map[string][]string{}
 		for _, ctr := range resp.Containers {
-			if ctr.Labels["io.kubernetes.pod.namespace"] != "kube-system" {
+			pod := ctr.Labels["io.kubernetes.pod.name"]
+			if ctr.Labels["io.kubernetes.pod.namespace"] != "kube-system" || !slices.Contains(staticPods, pod) {
 				continue
 			}
-			pod := ctr.Labels["io.kubernetes.pod.name"]
 			if ctr.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 				return nil, fmt.Errorf("container %s of %s is %s", ctr.Id, pod, ctr.State)
 			}
