@@ -260,7 +260,9 @@ func TestKubeProxyDaemonSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
+	})
 	url := fmt.Sprintf("http://%s/hostname", svc.Spec.ClusterIP)
 	framework.Eventually(t, 2*time.Minute, func() error {
 		out, err := framework.KubectlErr(t, "exec", "-n", "default", client.Name, "--", "curl", "-sS", "--max-time", "5", url)
