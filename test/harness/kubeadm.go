@@ -87,8 +87,8 @@ func (c *Config) kubeadmSteps(bin string) []upStep {
 		steps = append(steps, upStep{"node " + n.Name, func(ctx context.Context) error { return c.startKubeadmNode(ctx, n) }})
 	}
 	steps = append(steps, upStep{"kubeadm init", c.kubeadmInit})
-	for i, n := range c.Nodes()[1:] {
-		steps = append(steps, upStep{"kubeadm join " + n.Name, func(ctx context.Context) error { return c.kubeadmJoin(ctx, n, i > 0) }})
+	for _, n := range c.Nodes()[1:] {
+		steps = append(steps, upStep{"kubeadm join " + n.Name, func(ctx context.Context) error { return c.kubeadmJoin(ctx, n, c.kindNode(n)) }})
 	}
 	return append(steps, upStep{"nodes Ready", func(ctx context.Context) error {
 		for _, n := range c.Nodes() {
@@ -248,12 +248,19 @@ func (c *Config) installNodeFiles(ctx context.Context, bin string) error {
 		// A kubeadm patch: each node's cgroup root is its own (kind's nodes have a cgroup
 		// namespace each; these share the machine's hierarchies).
 		patch := fmt.Sprintf("cgroupRoot: %s\n", n.CgroupRoot())
+		if c.kindNode(n) {
+			// kind's kubelet settings (its kubeadm config template) for its nodes.
+			patch += "imageGCHighThresholdPercent: 100\nevictionHard:\n  nodefs.available: \"0%\"\n  nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n"
+		}
 		if err := writeFiles(c.kubeadmPatchDir(n), map[string]string{"kubeletconfiguration+merge.yaml": patch}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// kindNode says whether node n joins as kind's nodes do: the workers after the first.
+func (c *Config) kindNode(n Node) bool { return n.Index > c.Nodes()[1].Index }
 
 func (c *Config) kubeadmPatchDir(n Node) string { return c.path("nodes", n.tag(), "patches") }
 

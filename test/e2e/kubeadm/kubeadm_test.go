@@ -185,6 +185,30 @@ func TestWorkersJoinedByTLSBootstrap(t *testing.T) {
 	}
 }
 
+// TestKindJoinContract: the node that joined with kind's configuration registered with
+// kind's provider ID, and its agent runs on kind's kubelet settings as kubeadm wrote them
+// (the cluster's KubeletConfiguration with the node's patch).
+func TestKindJoinContract(t *testing.T) {
+	_, workers := nodes(t)
+	kindNode := workers[1]
+	node, err := framework.Client(t).CoreV1().Nodes().Get(framework.Context(t, time.Minute), kindNode.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "kind://docker/nodeagent/" + kindNode.Name; node.Spec.ProviderID != want {
+		t.Errorf("node %s: providerID %q, want %q", kindNode.Name, node.Spec.ProviderID, want)
+	}
+	data, err := os.ReadFile(filepath.Join(framework.Cluster(t).KubeadmNodeDir(kindNode, "/var/lib/kubelet"), "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"imageGCHighThresholdPercent: 100", "nodefs.available:", "cgroupRoot: " + kindNode.CgroupRoot()} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s's config.yaml lacks %q:\n%s", kindNode.Name, want, data)
+		}
+	}
+}
+
 // requestCN is the common name a CSR asks for.
 func requestCN(t *testing.T, csr *certificatesv1.CertificateSigningRequest) string {
 	t.Helper()
