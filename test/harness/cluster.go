@@ -104,11 +104,11 @@ func (c *Config) clusterSteps(bin string) []upStep {
 	return append(more, c.serviceSteps(bin)...)
 }
 
-// Env is the shell environment to use the cluster with.
+// Env is the shell environment to use the cluster with; the runtime is the first node's.
 func (c *Config) Env() string {
 	version, _ := KubeVersion(c.RepoDir)
 	return fmt.Sprintf("export KUBECONFIG=%s\nexport PATH=%s:$PATH\nexport CONTAINER_RUNTIME_ENDPOINT=%s\n",
-		c.Kubeconfig(), c.BinDir(version), c.CRIEndpoint())
+		c.Kubeconfig(), c.BinDir(version), c.NodeCRIEndpoint(c.Nodes()[0]))
 }
 
 func (c *Config) step(ctx context.Context, name string, do func(context.Context) error) error {
