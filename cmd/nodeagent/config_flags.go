@@ -26,6 +26,7 @@ const (
 	kindList              // comma-separated list
 	kindMap               // k=v,k2=v2 (eviction thresholds use k<v)
 	kindBoolMap           // k=true,k2=false (feature gates)
+	kindMultimap          // k:v,k:v2,k2:v3, the flag repeatable (HTTP headers)
 )
 
 // configFlag is a deprecated kubelet flag that mirrors a KubeletConfiguration field. The
@@ -89,6 +90,7 @@ var configFlags = map[string]configFlag{
 	"kubelet-cgroups":                              {"kubeletCgroups", kindString},
 	"make-iptables-util-chains":                    {"makeIPTablesUtilChains", kindBool},
 	"manifest-url":                                 {"staticPodURL", kindString},
+	"manifest-url-header":                          {"staticPodURLHeader", kindMultimap},
 	"max-open-files":                               {"maxOpenFiles", kindInt},
 	"max-pods":                                     {"maxPods", kindInt},
 	"minimum-image-ttl-duration":                   {"imageMinimumGCAge", kindDuration},
@@ -130,14 +132,44 @@ var configFlags = map[string]configFlag{
 func defineConfigFlags(fs *pflag.FlagSet) map[string]*string {
 	values := map[string]*string{}
 	for name, cf := range configFlags {
-		values[name] = fs.String(name, "", "Deprecated: set "+cf.path+" in the --config file.")
-		if cf.kind == kindBool {
+		usage := "Deprecated: set " + cf.path + " in the --config file."
+		switch cf.kind {
+		case kindMultimap:
+			values[name] = new(string)
+			fs.Var(repeatedValue{values[name]}, name, usage)
+		case kindBool:
+			values[name] = fs.String(name, "", usage)
 			fs.Lookup(name).NoOptDefVal = "true"
+		default:
+			values[name] = fs.String(name, "", usage)
 		}
 		_ = fs.MarkHidden(name)
 	}
 	return values
 }
+
+// repeatedValue is the text of a flag that may be given several times:
+// each value joins the ones before it after a comma, so that
+// --manifest-url-header=a:1,b:2 --manifest-url-header=b:3 is a:1,b:2,b:3,
+// as the kubelet merges them.
+type repeatedValue struct{ s *string }
+
+func (v repeatedValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+
+func (v repeatedValue) Set(s string) error {
+	if *v.s != "" {
+		s = *v.s + "," + s
+	}
+	*v.s = s
+	return nil
+}
+
+func (v repeatedValue) Type() string { return "string" }
 
 // applyConfigFlags sets the fields of kc named by the config-mirror flags given on the
 // command line, which take precedence over the config file and its drop-ins. It returns
@@ -222,6 +254,16 @@ func flagValue(kind flagKind, s string) (any, error) {
 				continue
 			}
 			m[key] = val
+		}
+		return m, nil
+	case kindMultimap:
+		m := map[string][]string{}
+		for _, item := range splitList(s) {
+			key, val, ok := strings.Cut(item, ":")
+			if key = strings.TrimSpace(key); !ok || key == "" {
+				return nil, fmt.Errorf("%q: want key:value", item)
+			}
+			m[key] = append(m[key], strings.TrimSpace(val))
 		}
 		return m, nil
 	default:

@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
 
+	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -10,16 +15,36 @@ import (
 )
 
 // newStaticPodSource is where static pods come from: staticPodPath, read
-// every fileCheckFrequency. Without staticPodPath it reads nothing.
+// every fileCheckFrequency, and staticPodURL, read every
+// httpCheckFrequency; both when both are set, as with the kubelet. With
+// neither it reads nothing.
 func newStaticPodSource(ctx context.Context, cfg *agentConfig, recorder config.Recorder) (podSource, error) {
 	kc := cfg.kubelet
+	var sources staticSources
+	if kc.StaticPodPath != "" {
+		src, err := config.NewFileSource(staticSourceConfig(cfg, recorder))
+		if err != nil {
+			return nil, err
+		}
+		sources = append(sources, src)
+	}
 	if kc.StaticPodURL != "" {
-		klog.FromContext(ctx).Info("Warning: staticPodURL is not supported yet and is ignored", "staticPodURL", kc.StaticPodURL)
+		hc := httpSourceConfig(cfg, recorder)
+		// The header's values may be credentials: only their names are logged.
+		klog.FromContext(ctx).Info("Adding static pod URL", "url", hc.URL, "headers", slices.Sorted(maps.Keys(hc.Header)))
+		src, err := config.NewHTTPSource(hc)
+		if err != nil {
+			return nil, err
+		}
+		sources = append(sources, src)
 	}
-	if kc.StaticPodPath == "" {
+	switch len(sources) {
+	case 0:
 		return noStaticPods{}, nil
+	case 1:
+		return sources[0], nil
 	}
-	return config.NewFileSource(staticSourceConfig(cfg, recorder))
+	return sources, nil
 }
 
 // staticSourceConfig is the file source's configuration from the agent's.
@@ -32,6 +57,24 @@ func staticSourceConfig(cfg *agentConfig, recorder config.Recorder) config.Stati
 	}
 }
 
+// httpSourceConfig is the URL source's configuration from the agent's:
+// staticPodURLHeader's values are sent in the order written.
+func httpSourceConfig(cfg *agentConfig, recorder config.Recorder) config.HTTPConfig {
+	header := http.Header{}
+	for name, values := range cfg.kubelet.StaticPodURLHeader {
+		for _, v := range values {
+			header.Add(name, v)
+		}
+	}
+	return config.HTTPConfig{
+		URL:      cfg.kubelet.StaticPodURL,
+		Header:   header,
+		NodeName: cfg.nodeName,
+		Period:   cfg.kubelet.HTTPCheckFrequency.Duration,
+		Recorder: recorder,
+	}
+}
+
 // podSource is what run needs of the static pod source.
 type podSource interface {
 	SetHandler(h config.Handler) error
@@ -40,7 +83,58 @@ type podSource interface {
 	Run(ctx context.Context) error
 }
 
-// noStaticPods stands in for the file source when staticPodPath is unset.
+var (
+	_ podSource = (*config.FileSource)(nil)
+	_ podSource = (*config.HTTPSource)(nil)
+	_ podSource = staticSources(nil)
+)
+
+// staticSources is several static pod sources as one: the file's and the
+// URL's. Each hands its own pods to the handler; a pod's UID hashes where
+// it was read, so two sources never hand over the same pod.
+type staticSources []podSource
+
+// SetHandler gives every source the handler.
+func (ss staticSources) SetHandler(h config.Handler) error {
+	for _, s := range ss {
+		if err := s.SetHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HasSynced reports whether every source has been read once.
+func (ss staticSources) HasSynced() bool {
+	for _, s := range ss {
+		if !s.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Pods returns every source's pods, by name.
+func (ss staticSources) Pods() []*v1.Pod {
+	var out []*v1.Pod
+	for _, s := range ss {
+		out = append(out, s.Pods()...)
+	}
+	slices.SortFunc(out, func(a, b *v1.Pod) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	return out
+}
+
+// Run runs every source until ctx ends; one that fails stops the others.
+func (ss staticSources) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range ss {
+		g.Go(func() error { return s.Run(gctx) })
+	}
+	return g.Wait()
+}
+
+// noStaticPods stands in for the sources when neither staticPodPath nor
+// staticPodURL is set.
 type noStaticPods struct{}
 
 func (noStaticPods) SetHandler(config.Handler) error { return nil }

@@ -8,29 +8,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
 // DefaultFileCheckFrequency is the kubelet's fileCheckFrequency.
 const DefaultFileCheckFrequency = 20 * time.Second
-
-// ReasonFailedValidation is the reason of the event for a manifest the
-// agent cannot run, the kubelet's reason for a pod that fails validation.
-const ReasonFailedValidation = "FailedValidation"
-
-// Recorder records events.
-type Recorder interface {
-	Eventf(object kruntime.Object, eventtype, reason, messageFmt string, args ...interface{})
-}
 
 // StaticConfig configures a FileSource.
 type StaticConfig struct {
@@ -54,15 +41,8 @@ type StaticConfig struct {
 // pod (its UID is a hash of the content): the old one is removed and the
 // new one added. It needs no apiserver.
 type FileSource struct {
-	cfg     StaticConfig
-	nodeRef *v1.ObjectReference
-
-	mu       sync.Mutex
-	handler  Handler
-	running  bool
-	synced   bool
-	pods     map[types.UID]*v1.Pod
-	problems map[string]string // path → the problem last reported
+	*staticSource
+	cfg StaticConfig
 }
 
 // NewFileSource validates cfg and builds the source; SetHandler names its
@@ -74,78 +54,14 @@ func NewFileSource(cfg StaticConfig) (*FileSource, error) {
 	if cfg.Period <= 0 {
 		cfg.Period = DefaultFileCheckFrequency
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	// The kubelet refers to its Node by name in events, its UID too.
-	ref := &v1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}
-	return &FileSource{cfg: cfg, nodeRef: ref, pods: map[types.UID]*v1.Pod{}, problems: map[string]string{}}, nil
-}
-
-// SetHandler names the handler given every static pod added and removed.
-// It is called once, before Run.
-func (s *FileSource) SetHandler(h Handler) error {
-	if h == nil {
-		return errors.New("config: nil handler")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.running:
-		return errors.New("config: SetHandler after Run")
-	case s.handler != nil:
-		return errors.New("config: SetHandler called twice")
-	}
-	s.handler = h
-	return nil
-}
-
-// HasSynced reports whether the directory has been read once and its
-// pods handed over.
-func (s *FileSource) HasSynced() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.synced
-}
-
-// Pods returns the static pods as last read, by name. They are shared and
-// must not be modified.
-func (s *FileSource) Pods() []*v1.Pod {
-	s.mu.Lock()
-	out := make([]*v1.Pod, 0, len(s.pods))
-	for _, p := range s.pods {
-		out = append(out, p)
-	}
-	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b *v1.Pod) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
-	return out
+	shared := newStaticSource(SourceFile, "manifest file", cfg.NodeName, cfg.Period, cfg.Clock, cfg.Recorder)
+	return &FileSource{staticSource: shared, cfg: cfg}, nil
 }
 
 // Run reads the directory at once, then every Period, until ctx ends.
 func (s *FileSource) Run(ctx context.Context) error {
-	s.mu.Lock()
-	h, running := s.handler, s.running
-	s.running = s.running || h != nil
-	s.mu.Unlock()
-	switch {
-	case h == nil:
-		return errors.New("config: Run before SetHandler")
-	case running:
-		return errors.New("config: Run called twice")
-	}
 	logger := klog.FromContext(ctx).WithName("staticpods").WithValues("path", s.cfg.Dir)
-	logger.Info("Reading static pod manifests", "period", s.cfg.Period)
-	ctx = klog.NewContext(ctx, logger)
-	t := s.cfg.Clock.NewTicker(s.cfg.Period)
-	defer t.Stop()
-	for {
-		s.sync(ctx, h)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C():
-		}
-	}
+	return s.run(klog.NewContext(ctx, logger), s.sync)
 }
 
 // manifest is one file of the directory: its pod, or why it has none.
@@ -168,76 +84,17 @@ func (s *FileSource) sync(ctx context.Context, h Handler) {
 		logger.Error(err, "Cannot read the static pod directory")
 		return
 	}
-	found = dropDuplicates(found)
-	s.report(logger, found)
-
-	now := s.cfg.Clock.Now()
-	s.mu.Lock()
-	old := s.pods
-	next := make(map[types.UID]*v1.Pod, len(found))
-	var added []*v1.Pod
-	for _, m := range found {
-		if m.pod == nil {
+	var pods []*v1.Pod
+	var problems []problem
+	for _, m := range dropDuplicates(found) {
+		if m.err != nil {
+			problems = append(problems, problem{where: m.path, err: m.err})
 			continue
 		}
-		if p, ok := old[m.pod.UID]; ok {
-			next[p.UID] = p
-			continue
-		}
-		m.pod.Annotations[AnnotationSource] = SourceFile
-		m.pod.Annotations[AnnotationSeen] = now.Format(time.RFC3339Nano)
-		next[m.pod.UID] = m.pod
-		added = append(added, m.pod)
+		pods = append(pods, m.pod)
 	}
-	var removed []*v1.Pod
-	for uid, p := range old {
-		if _, ok := next[uid]; !ok {
-			removed = append(removed, p)
-		}
-	}
-	s.pods = next
-	s.mu.Unlock()
-
-	// Removals first: a changed file's old pod leaves before its new one
-	// (same name) arrives.
-	for _, p := range removed {
-		logger.Info("Static pod removed", "pod", klog.KObj(p), "podUID", p.UID)
-		h.RemovePod(p)
-	}
-	for _, p := range added {
-		logger.Info("Static pod added", "pod", klog.KObj(p), "podUID", p.UID)
-		h.UpsertPod(p)
-	}
-	s.mu.Lock()
-	s.synced = true
-	s.mu.Unlock()
-}
-
-// report logs each manifest's problem and records an event on the Node,
-// once per problem: not again at every read of the directory.
-func (s *FileSource) report(logger klog.Logger, found []manifest) {
-	seen := map[string]bool{}
-	for _, m := range found {
-		if m.err == nil {
-			continue
-		}
-		seen[m.path] = true
-		msg := m.err.Error()
-		if s.problems[m.path] == msg {
-			continue
-		}
-		s.problems[m.path] = msg
-		logger.Error(m.err, "Could not process manifest file", "file", m.path)
-		if s.cfg.Recorder != nil {
-			s.cfg.Recorder.Eventf(s.nodeRef, v1.EventTypeWarning, ReasonFailedValidation,
-				"Could not process manifest file %s: %v", m.path, m.err)
-		}
-	}
-	for path := range s.problems {
-		if !seen[path] {
-			delete(s.problems, path)
-		}
-	}
+	s.report(logger, problems)
+	s.replace(logger, h, pods)
 }
 
 // readManifests reads every entry of dir whose name does not start with a

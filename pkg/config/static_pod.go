@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,7 +21,8 @@ import (
 // them.
 const (
 	// AnnotationSource says where a pod came from: SourceFile for a
-	// manifest in the static pod directory.
+	// manifest in the static pod directory, SourceHTTP for one read from
+	// staticPodURL.
 	AnnotationSource = "kubernetes.io/config.source"
 	// AnnotationHash is a static pod's hash, which is also its UID.
 	AnnotationHash = "kubernetes.io/config.hash"
@@ -31,6 +33,8 @@ const (
 	AnnotationMirror = "kubernetes.io/config.mirror"
 	// SourceFile is the source of a pod read from staticPodPath.
 	SourceFile = "file"
+	// SourceHTTP is the source of a pod read from staticPodURL.
+	SourceHTTP = "http"
 	// SourceAPI is the source of a pod read from the apiserver.
 	SourceAPI = "api"
 )
@@ -51,23 +55,15 @@ func IsMirror(pod *v1.Pod) bool {
 // maxManifestSize is the largest manifest read, as the kubelet's limit.
 const maxManifestSize = 10 << 20
 
-// errNotAPod marks a file that does not hold a v1 Pod.
+// errNotAPod marks a manifest that does not hold a v1 Pod.
 var errNotAPod = errors.New("not a v1 Pod")
 
-// decodeStaticPod turns one manifest (YAML or JSON) into the pod the agent
-// runs, as the kubelet makes it from a file: the API's defaults applied,
-// the UID a hash of the defaulted pod, the node and the file, the name
-// suffixed with the node's name, the namespace defaulted, the pod bound to
-// the node, the hash annotation and a toleration of every NoExecute taint.
-// The source and first-seen annotations are the source's to add.
+// decodeStaticPod turns one manifest file (YAML or JSON) into the pod the
+// agent runs, as makeStaticPod makes it.
 func decodeStaticPod(path string, data []byte, nodeName string) (*v1.Pod, error) {
-	doc, err := yaml.YAMLToJSON(trimBOM(data))
+	doc, tm, err := decodeManifest(data)
 	if err != nil {
-		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
-	}
-	var tm metav1.TypeMeta
-	if err := json.Unmarshal(doc, &tm); err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotAPod, err)
+		return nil, err
 	}
 	if tm.APIVersion != "v1" || tm.Kind != "Pod" {
 		return nil, fmt.Errorf("%w: apiVersion %q kind %q", errNotAPod, tm.APIVersion, tm.Kind)
@@ -77,12 +73,36 @@ func decodeStaticPod(path string, data []byte, nodeName string) (*v1.Pod, error)
 	if err := json.Unmarshal(doc, pod); err != nil {
 		return nil, fmt.Errorf("decode pod: %w", err)
 	}
+	return makeStaticPod(pod, "file:"+path, nodeName)
+}
+
+// decodeManifest reads a manifest's YAML or JSON as JSON, and its type.
+func decodeManifest(data []byte) ([]byte, metav1.TypeMeta, error) {
+	var tm metav1.TypeMeta
+	doc, err := yaml.YAMLToJSON(trimBOM(data))
+	if err != nil {
+		return nil, tm, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	if err := json.Unmarshal(doc, &tm); err != nil {
+		return nil, tm, fmt.Errorf("%w: %v", errNotAPod, err)
+	}
+	return doc, tm, nil
+}
+
+// makeStaticPod makes a decoded pod the pod the agent runs, as the kubelet
+// makes it from a manifest: the API's defaults applied, the UID a hash of
+// the defaulted pod, the node and origin (where the manifest was read:
+// "file:<path>" or "url:<URL>"), the name suffixed with the node's name,
+// the namespace defaulted, the pod bound to the node, the hash annotation
+// and a toleration of every NoExecute taint. The source and first-seen
+// annotations are the source's to add.
+func makeStaticPod(pod *v1.Pod, origin, nodeName string) (*v1.Pod, error) {
 	if pod.Name == "" {
 		return nil, errors.New("invalid pod: metadata.name is required")
 	}
 	applyAPIDefaults(pod)
 	if pod.UID == "" {
-		uid, err := staticPodUID(pod, path, nodeName)
+		uid, err := staticPodUID(pod, origin, nodeName)
 		if err != nil {
 			return nil, err
 		}
@@ -106,12 +126,13 @@ func decodeStaticPod(path string, data []byte, nodeName string) (*v1.Pod, error)
 }
 
 // staticPodUID hashes the defaulted pod as written (before the agent adds
-// its name suffix and annotations), then the node and the file's path:
-// the kubelet's recipe in idea (it hashes its internal object, which this
-// agent does not have; the JSON form is the same content, in a stable
-// order). Any change to the file gives another UID, so a changed
-// manifest is a new pod.
-func staticPodUID(pod *v1.Pod, path, nodeName string) (types.UID, error) {
+// its name suffix and annotations), then the node and the manifest's
+// origin ("file:<path>", "url:<URL>"): the kubelet's recipe in idea (it
+// hashes its internal object, which this agent does not have; the JSON
+// form is the same content, in a stable order). Any change to the
+// manifest gives another UID, so a changed manifest is a new pod; the
+// same pod read from a file and from a URL are two pods.
+func staticPodUID(pod *v1.Pod, origin, nodeName string) (types.UID, error) {
 	doc, err := json.Marshal(pod)
 	if err != nil {
 		return "", fmt.Errorf("hash pod: %w", err)
@@ -119,7 +140,7 @@ func staticPodUID(pod *v1.Pod, path, nodeName string) (types.UID, error) {
 	h := fnv.New128a()
 	h.Write(doc)
 	fmt.Fprintf(h, "host:%s", nodeName)
-	fmt.Fprintf(h, "file:%s", path)
+	io.WriteString(h, origin)
 	return types.UID(hex.EncodeToString(h.Sum(nil))), nil
 }
 
