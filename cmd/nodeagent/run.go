@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/config"
+	"github.com/nodeagent/nodeagent/pkg/gc"
 	"github.com/nodeagent/nodeagent/pkg/logs"
 	"github.com/nodeagent/nodeagent/pkg/metrics"
 	"github.com/nodeagent/nodeagent/pkg/mirror"
@@ -237,6 +238,19 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	// Container GC reads the PLEG's view and asks the dispatcher which
+	// pods it holds, so it comes after both.
+	collector, err := gc.New(gc.Config{
+		Runtime:    cri,
+		View:       podEvents.Cache(),
+		Held:       dispatcher.PodsHeld,
+		Listed:     func() bool { return source.HasSynced() && staticPods.HasSynced() },
+		PodLogsDir: kc.PodLogsDir,
+	})
+	if err != nil {
+		return err
+	}
+
 	logMaxSize := resource.MustParse(kc.ContainerLogMaxSize) // validated
 	logRotator, err := logs.New(logs.Config{
 		Runtime:  cri,
@@ -292,6 +306,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return probes.Run(gctx) })
 	g.Go(func() error { return dispatcher.Run(gctx) })
 	g.Go(func() error { return logRotator.Run(gctx) })
+	g.Go(func() error { return collector.Run(gctx) })
 	g.Go(func() error { return source.Run(gctx) })
 	g.Go(func() error { return staticPods.Run(gctx) })
 	g.Go(func() error { return mirrors.Run(gctx) })

@@ -71,6 +71,19 @@ func (c *Cache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time) (*
 	}
 }
 
+// Pods returns the observed state of every pod the runtime holds
+// something of, and the start of the relist it comes from (zero before
+// the first). The states are shared: callers must not modify them.
+func (c *Cache) Pods() ([]*runtime.PodStatus, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*runtime.PodStatus, 0, len(c.pods))
+	for _, p := range c.pods {
+		out = append(out, p)
+	}
+	return out, c.stamp
+}
+
 // UIDs returns every pod the runtime holds something of.
 func (c *Cache) UIDs() []runtime.PodRef {
 	c.mu.Lock()

@@ -56,6 +56,9 @@ func TestRelistReportsChangesAndIgnoresForeignSandboxes(t *testing.T) {
 	if len(st.Sandboxes) != 1 || len(st.Sandboxes[0].IPs) == 0 {
 		t.Errorf("sandbox IPs not read: %+v", st.Sandboxes)
 	}
+	if pods, at := p.Cache().Pods(); len(pods) != 1 || pods[0] != st || !at.Equal(stamp) {
+		t.Errorf("Pods() = %+v at %s, want the one pod Get returns, at %s", pods, at, stamp)
+	}
 	_ = rt.StopPodSandbox(ctx, sb)
 	_ = rt.RemovePodSandbox(ctx, sb)
 	_ = rt.RemoveContainer(ctx, id)

@@ -14,10 +14,6 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
 
-// deadContainersKept is how many containers of one name are kept: the
-// current one and the previous one, whose end is the lastState users see.
-const deadContainersKept = 2
-
 // podActions is what one sync of a pod has to do, in order.
 type podActions struct {
 	// KillPod stops every container and sandbox before anything else: the
@@ -35,7 +31,9 @@ type podActions struct {
 	// ContainersToKill are running containers whose spec changed; each is
 	// also in ContainersToStart, to be replaced.
 	ContainersToKill []string
-	// ContainersToRemove are dead containers past those worth keeping.
+	// ContainersToRemove are containers created but never started, which
+	// the ones started now replace. Dead containers past those worth
+	// keeping are pkg/gc's to remove, with their log files.
 	ContainersToRemove []string
 	// SidecarsToStart are indexes into spec.initContainers of sidecars
 	// (restartable init containers) that ran and stopped: they are
@@ -59,7 +57,6 @@ type podActions struct {
 // pure: the same inputs always yield the same plan.
 func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeResults) podActions {
 	a := podActions{NextInit: -1}
-	a.ContainersToRemove = prunable(observed)
 	sb := observed.LatestSandbox()
 	sandboxOK := sb != nil && sb.Ready && readySandboxes(observed) == 1
 	if !sandboxOK {
@@ -293,21 +290,4 @@ func latestIn(observed *runtime.PodStatus, name string, init bool, sandboxID str
 		}
 	}
 	return nil
-}
-
-// prunable lists dead containers beyond the newest few of each name.
-func prunable(observed *runtime.PodStatus) []string {
-	seen := map[string]int{}
-	var out []string
-	for _, c := range observed.Containers {
-		key := c.Name
-		if c.Init {
-			key = "init:" + key
-		}
-		seen[key]++
-		if seen[key] > deadContainersKept && c.State == runtime.ContainerExited {
-			out = append(out, c.ID)
-		}
-	}
-	return out
 }

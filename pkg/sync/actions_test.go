@@ -125,9 +125,9 @@ func TestComputePodActions(t *testing.T) {
 		{name: "no hash recorded: left alone", pod: basePod(func(p *v1.Pod) { p.Spec.Containers[1].Image = "busybox:2" }),
 			observed: obs(running("a"), running("b")),
 			want:     podActions{SandboxID: "sb", NextInit: -1}},
-		{name: "old dead containers are pruned", pod: basePod(),
+		{name: "old dead containers are left to the garbage collector", pod: basePod(),
 			observed: obs(&runtime.ContainerStatus{ID: "a0", Name: "a", State: runtime.ContainerExited}, &runtime.ContainerStatus{ID: "a1", Name: "a", State: runtime.ContainerExited}, running("a"), running("b")),
-			want:     podActions{SandboxID: "sb", NextInit: -1, ContainersToRemove: []string{"a0"}}},
+			want:     podActions{SandboxID: "sb", NextInit: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

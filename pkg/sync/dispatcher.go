@@ -342,3 +342,25 @@ func (d *Dispatcher) Pods() []*v1.Pod {
 	}
 	return pods
 }
+
+// PodsHeld returns every pod the Dispatcher holds: those with a worker,
+// whatever it is doing, and those waiting for admission. The value says
+// whether the pod runs: its worker syncs it (it may start containers)
+// and nothing says it ends (no deletion, not removed, no terminal phase,
+// its worker not stopping or stopped). A pod missing here has no worker:
+// it left the source and its worker cleaned it up, or it was never
+// known; once the source has listed, whatever the runtime or the disk
+// keeps of it is garbage.
+func (d *Dispatcher) PodsHeld() map[types.UID]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]bool, len(d.workers)+len(d.pending))
+	for uid := range d.pending {
+		out[uid] = false
+	}
+	for uid, w := range d.workers {
+		pod, removed := w.latest()
+		out[uid] = !w.ended.Load() && !removed && pod != nil && pod.DeletionTimestamp == nil && !isTerminal(pod.Status.Phase)
+	}
+	return out
+}
