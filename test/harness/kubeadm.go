@@ -386,25 +386,15 @@ dns:
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
-mode: iptables
 nodePortAddresses: [%[11]s]
-iptables:
-  localhostNodePorts: false
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-  udpTimeout: 0s
-  udpStreamTimeout: 0s
----
+%[12]s---
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
 `, KubeadmToken, cp.IP, APIServerPort, c.criSocketURL(), c.kubeletExtraArgs(cp), c.kubeadmPatchDir(cp),
-		version, ClusterCIDR, ServiceCIDR, ClusterDomain, lanCIDR)
+		version, ClusterCIDR, ServiceCIDR, ClusterDomain, lanCIDR, kubeProxyNoSysctls)
 }
 
 // kubeadmJoinConfig is a worker's JoinConfiguration: as an operator writes it (the CA

@@ -47,10 +47,16 @@ hostnameOverride: %[1]s
 bindAddress: %[2]s
 healthzBindAddress: %[2]s:%[4]d
 metricsBindAddress: %[2]s:%[5]d
-mode: iptables
 clusterCIDR: %[6]s
 detectLocalMode: ClusterCIDR
 nodePortAddresses: [%[2]s/32]
+%[7]s`, nodeName, nodeIP, kubeconfig, kubeProxyHealthzPort, kubeProxyMetricsPort, ClusterCIDR, kubeProxyNoSysctls)
+}
+
+// kubeProxyNoSysctls are the KubeProxyConfiguration settings that keep kube-proxy off the
+// machine's global sysctls (kind's, for the same reason): iptables mode, no localhost
+// NodePorts (no route_localnet), conntrack's limit and timeouts left as they are.
+const kubeProxyNoSysctls = `mode: iptables
 iptables:
   localhostNodePorts: false
 conntrack:
@@ -60,8 +66,7 @@ conntrack:
   tcpCloseWaitTimeout: 0s
   udpTimeout: 0s
   udpStreamTimeout: 0s
-`, nodeName, nodeIP, kubeconfig, kubeProxyHealthzPort, kubeProxyMetricsPort, ClusterCIDR)
-}
+`
 
 // kubeProxyArgs is kube-proxy's command line with its configuration file at configPath.
 func (c *Config) kubeProxyArgs(configPath string) []string {

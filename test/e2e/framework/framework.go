@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -175,4 +177,34 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// RunReady creates pod and waits up to 3 minutes for it to be Ready, returning it as it is
+// then; it is deleted (grace 0) when the test ends.
+func RunReady(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := Context(t, 3*time.Minute)
+	cs := Client(t)
+	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	var got *corev1.Pod
+	Eventually(t, 3*time.Minute, func() error {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				got = p
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s on %s not ready: phase %s %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
+	})
+	return got
 }

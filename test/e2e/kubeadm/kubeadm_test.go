@@ -230,7 +230,7 @@ func requestCN(t *testing.T, csr *certificatesv1.CertificateSigningRequest) stri
 func TestPodsOnEveryNodeReachEachOther(t *testing.T) {
 	var pods []*corev1.Pod
 	for _, n := range framework.Cluster(t).Nodes() {
-		pods = append(pods, run(t, netexec("netexec-"+n.Name, n)))
+		pods = append(pods, framework.RunReady(t, netexec("netexec-"+n.Name, n)))
 	}
 	client := pods[1] // on the first worker
 	for _, p := range pods {
@@ -272,8 +272,8 @@ func TestKubeProxyDaemonSet(t *testing.T) {
 	_, workers := nodes(t)
 	backend := netexec("svc-backend", workers[0])
 	backend.Labels = map[string]string{"app": "svc-backend"}
-	backend = run(t, backend)
-	client := run(t, netexec("svc-client", workers[1]))
+	backend = framework.RunReady(t, backend)
+	client := framework.RunReady(t, netexec("svc-client", workers[1]))
 	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "svc-backend"},
 		Spec: corev1.ServiceSpec{
@@ -317,33 +317,6 @@ func netexec(name string, n harness.Node) *corev1.Pod {
 			}},
 		},
 	}
-}
-
-// run creates pod and waits for it to be Ready; it is deleted when the test ends.
-func run(t *testing.T, pod *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	ctx := framework.Context(t, 3*time.Minute)
-	cs := framework.Client(t)
-	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		zero := int64(0)
-		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-	})
-	var got *corev1.Pod
-	framework.Eventually(t, 3*time.Minute, func() error {
-		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !podReady(p) {
-			return fmt.Errorf("pod %s on %s not ready: phase %s %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
-		}
-		got = p
-		return nil
-	})
-	return got
 }
 
 // TestRestartKeepsStaticPods: `systemctl restart kubelet` on the control-plane node, as

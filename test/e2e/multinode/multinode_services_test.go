@@ -26,8 +26,8 @@ func TestServicesAcrossNodes(t *testing.T) {
 		t.Fatal("the cluster has no kube-proxy and CoreDNS (harness.Config.Services)")
 	}
 	first, second := nodes(t)
-	backend := run(t, netexec("svc-backend", first, 0))
-	client := run(t, netexec("svc-client", second, 0))
+	backend := framework.RunReady(t, netexec("svc-backend", first, 0))
+	client := framework.RunReady(t, netexec("svc-client", second, 0))
 	ctx := framework.Context(t, time.Minute)
 	cs := framework.Client(t)
 	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
@@ -81,8 +81,8 @@ func TestNodePortBackToItsNode(t *testing.T) {
 		t.Fatal("the cluster has no kube-proxy and CoreDNS (harness.Config.Services)")
 	}
 	first, second := nodes(t)
-	backend := run(t, netexec("np-backend", second, 0))
-	client := run(t, netexec("np-client", second, 0))
+	backend := framework.RunReady(t, netexec("np-backend", second, 0))
+	client := framework.RunReady(t, netexec("np-client", second, 0))
 	ctx := framework.Context(t, time.Minute)
 	cs := framework.Client(t)
 	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{

@@ -10,7 +10,6 @@
 package multinode
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -96,35 +95,6 @@ func netexec(name string, n harness.Node, hostPort int32) *corev1.Pod {
 	}
 }
 
-// run creates pod and waits for it to be Ready; it is deleted when the test ends.
-func run(t *testing.T, pod *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	ctx := framework.Context(t, 3*time.Minute)
-	cs := framework.Client(t)
-	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		zero := int64(0)
-		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-	})
-	var got *corev1.Pod
-	framework.Eventually(t, 3*time.Minute, func() error {
-		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				got = p
-				return nil
-			}
-		}
-		return fmt.Errorf("pod %s on %s not ready: phase %s %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
-	})
-	return got
-}
-
 func inCIDR(t *testing.T, ip, cidr string) bool {
 	t.Helper()
 	_, block, err := net.ParseCIDR(cidr)
@@ -145,8 +115,8 @@ func TestPodToPodAcrossNodes(t *testing.T) {
 	for _, dir := range []struct{ from, to harness.Node }{{first, second}, {second, first}} {
 		t.Run(dir.from.Name+"-to-"+dir.to.Name, func(t *testing.T) {
 			srvName, cliName := "srv-"+shortName(dir.to), "cli-"+shortName(dir.from)
-			srv := run(t, netexec(srvName, dir.to, 0))
-			cli := run(t, netexec(cliName, dir.from, 0))
+			srv := framework.RunReady(t, netexec(srvName, dir.to, 0))
+			cli := framework.RunReady(t, netexec(cliName, dir.from, 0))
 			for _, p := range []*corev1.Pod{srv, cli} {
 				node, err := cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 				if err != nil {
@@ -201,7 +171,7 @@ func TestHostPortOnBothNodes(t *testing.T) {
 	first, second := nodes(t)
 	const hostPort = 18090
 	for _, n := range []harness.Node{first, second} {
-		run(t, netexec("hostport-"+shortName(n), n, hostPort))
+		framework.RunReady(t, netexec("hostport-"+shortName(n), n, hostPort))
 	}
 	for _, n := range []harness.Node{first, second} {
 		want := "hostport-" + shortName(n)
