@@ -50,6 +50,9 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	logger.Info("Starting nodeagent", "version", cfg.version, "node", cfg.nodeName,
 		"containerRuntimeEndpoint", kc.ContainerRuntimeEndpoint, "rootDir", cfg.rootDir)
 
+	if err := checkSwap(procSwaps, kc.FailSwapOn != nil && *kc.FailSwapOn); err != nil {
+		return err
+	}
 	started := time.Now()
 	if err := os.MkdirAll(cfg.rootDir, 0o750); err != nil {
 		return fmt.Errorf("create root dir: %w", err)
