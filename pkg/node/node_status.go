@@ -71,7 +71,7 @@ func configuredNode(cfg *Config) *v1.Node {
 // other types (NetworkUnavailable, set by network plugins) are kept.
 func setStatus(cfg *Config, n *v1.Node, obs observation, now metav1.Time) {
 	s := &n.Status
-	s.Capacity = capacity(obs.machine, cfg.MaxPods)
+	s.Capacity = withExtended(capacity(obs.machine, cfg.MaxPods), s.Capacity)
 	s.Allocatable = allocatable(s.Capacity, cfg.KubeReserved, cfg.SystemReserved, cfg.EvictionHard)
 	s.Addresses = obs.addresses
 	s.DaemonEndpoints.KubeletEndpoint.Port = cfg.KubeletPort
@@ -101,6 +101,26 @@ func setStatus(cfg *Config, n *v1.Node, obs observation, now metav1.Time) {
 	}
 	s.VolumesInUse = obs.volumesInUse
 	s.Conditions = conditions(s.Conditions, obs.notReady, now)
+}
+
+// withExtended adds to the agent's own capacity the extended resources the Node already
+// advertises (example.com/dongle, patched into the status by an administrator, as
+// Kubernetes documents): the kubelet keeps them, and so they reach allocatable too.
+func withExtended(own, current v1.ResourceList) v1.ResourceList {
+	for name, q := range current {
+		if _, ok := own[name]; !ok && extendedResource(name) {
+			own[name] = q.DeepCopy()
+		}
+	}
+	return own
+}
+
+// extendedResource says whether name is an extended resource: a qualified name outside the
+// kubernetes.io domain (and not a quota's requests. prefix).
+func extendedResource(name v1.ResourceName) bool {
+	s := string(name)
+	return strings.Contains(s, "/") && !strings.HasPrefix(s, "requests.") &&
+		!strings.HasPrefix(s, "kubernetes.io/") && !strings.Contains(strings.SplitN(s, "/", 2)[0], ".kubernetes.io")
 }
 
 func runtimeHandlers(in []*runtimeapi.RuntimeHandler) []v1.NodeRuntimeHandler {
