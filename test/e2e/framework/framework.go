@@ -208,3 +208,61 @@ func RunReady(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	})
 	return got
 }
+
+// UpOwnCluster brings up a harness cluster shaped by cfg (already completed) for one test:
+// it takes the machine's lock, reads the machine's state first (for a leftovers check at
+// the end), and tears the cluster down when the test ends. It returns that state and an
+// admin client.
+func UpOwnCluster(ctx context.Context, t *testing.T, cfg *harness.Config) (MachineState, kubernetes.Interface) {
+	t.Helper()
+	if err := cfg.Lock(); err != nil { // no other harness run changes the machine meanwhile
+		t.Fatal(err)
+	}
+	before, err := ReadMachineState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = harness.Down(context.Background(), cfg) })
+	if err := harness.Up(ctx, cfg); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	cs, err := cfg.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return before, cs
+}
+
+// ReadyNodes checks that each of the cluster's nodes is Ready at its address with a pod
+// CIDR no other node has, and returns the Node objects in the order of Cluster().Nodes().
+func ReadyNodes(t *testing.T) []*corev1.Node {
+	t.Helper()
+	ctx := Context(t, time.Minute)
+	cidrs := map[string]string{}
+	var out []*corev1.Node
+	for _, n := range Cluster(t).Nodes() {
+		node, err := Client(t).CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := false
+		for _, c := range node.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		var internal string
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				internal = a.Address
+			}
+		}
+		if !ready || internal != n.IP || node.Spec.PodCIDR == "" {
+			t.Errorf("node %s: ready %v, InternalIP %q (want %s), podCIDR %q", n.Name, ready, internal, n.IP, node.Spec.PodCIDR)
+		}
+		if other, dup := cidrs[node.Spec.PodCIDR]; dup {
+			t.Errorf("nodes %s and %s share the pod CIDR %s", other, n.Name, node.Spec.PodCIDR)
+		}
+		cidrs[node.Spec.PodCIDR] = n.Name
+		out = append(out, node)
+	}
+	return out
+}

@@ -50,39 +50,15 @@ func nodes(t *testing.T) (cp harness.Node, workers []harness.Node) {
 // TestNodesReadyWithRoles: every node is Ready at its address with a pod CIDR of its own;
 // kubeadm's mark-control-plane labelled and tainted the first, and only the first.
 func TestNodesReadyWithRoles(t *testing.T) {
-	ctx := framework.Context(t, time.Minute)
-	cs := framework.Client(t)
 	cp, _ := nodes(t)
-	cidrs := map[string]string{}
-	for _, n := range framework.Cluster(t).Nodes() {
-		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ready := false
-		for _, c := range node.Status.Conditions {
-			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
-		}
-		var internal string
-		for _, a := range node.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				internal = a.Address
-			}
-		}
-		if !ready || internal != n.IP || node.Spec.PodCIDR == "" {
-			t.Errorf("node %s: ready %v, InternalIP %q (want %s), podCIDR %q", n.Name, ready, internal, n.IP, node.Spec.PodCIDR)
-		}
-		if other, dup := cidrs[node.Spec.PodCIDR]; dup {
-			t.Errorf("nodes %s and %s share the pod CIDR %s", other, n.Name, node.Spec.PodCIDR)
-		}
-		cidrs[node.Spec.PodCIDR] = n.Name
+	for _, node := range framework.ReadyNodes(t) {
 		_, labelled := node.Labels[controlPlaneRole]
 		tainted := false
 		for _, taint := range node.Spec.Taints {
 			tainted = tainted || (taint.Key == controlPlaneRole && taint.Effect == corev1.TaintEffectNoSchedule)
 		}
-		if want := n.Name == cp.Name; labelled != want || tainted != want {
-			t.Errorf("node %s: control-plane label %v, taint %v; want both %v", n.Name, labelled, tainted, want)
+		if want := node.Name == cp.Name; labelled != want || tainted != want {
+			t.Errorf("node %s: control-plane label %v, taint %v; want both %v", node.Name, labelled, tainted, want)
 		}
 	}
 }

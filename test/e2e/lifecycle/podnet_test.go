@@ -43,21 +43,7 @@ func TestPodNetworkBridge(t *testing.T) {
 	if cfg.Agent != harness.AgentNodeagent {
 		t.Skipf("--pod-network is nodeagent's; NODEAGENT_AGENT=%s selects another agent", cfg.Agent)
 	}
-	if err := cfg.Lock(); err != nil { // no other harness run changes the machine meanwhile
-		t.Fatal(err)
-	}
-	before, err := framework.ReadMachineState(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = harness.Down(context.Background(), cfg) })
-	if err := harness.Up(ctx, cfg); err != nil {
-		t.Fatalf("up: %v", err)
-	}
-	cs, err := cfg.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	before, cs := framework.UpOwnCluster(ctx, t, cfg)
 	if err := cfg.ApplyPodNetworkRBAC(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -211,21 +211,7 @@ func upStaticPodCluster(ctx context.Context, t *testing.T, onlyNodeagent string)
 	case cfg.Agent == harness.AgentNone:
 		t.Skip("static pods need a node agent; NODEAGENT_AGENT=none selects none")
 	}
-	if err := cfg.Lock(); err != nil { // no other harness run changes the machine meanwhile
-		t.Fatal(err)
-	}
-	before, err := framework.ReadMachineState(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = harness.Down(context.Background(), cfg) })
-	if err := harness.Up(ctx, cfg); err != nil {
-		t.Fatalf("up: %v", err)
-	}
-	cs, err := cfg.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	before, cs := framework.UpOwnCluster(ctx, t, cfg)
 	rt, _, closeFn, err := cfg.CRI(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -45,32 +45,7 @@ func nodes(t *testing.T) (first, second harness.Node) {
 }
 
 func TestNodesReady(t *testing.T) {
-	ctx := framework.Context(t, time.Minute)
-	cs := framework.Client(t)
-	cidrs := map[string]string{}
-	for _, n := range framework.Cluster(t).Nodes() {
-		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ready := false
-		for _, c := range node.Status.Conditions {
-			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
-		}
-		var internal string
-		for _, a := range node.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				internal = a.Address
-			}
-		}
-		if !ready || internal != n.IP || node.Spec.PodCIDR == "" {
-			t.Errorf("node %s: ready %v, InternalIP %q (want %s), podCIDR %q", n.Name, ready, internal, n.IP, node.Spec.PodCIDR)
-		}
-		if other, dup := cidrs[node.Spec.PodCIDR]; dup {
-			t.Errorf("nodes %s and %s share the pod CIDR %s", other, n.Name, node.Spec.PodCIDR)
-		}
-		cidrs[node.Spec.PodCIDR] = n.Name
-	}
+	framework.ReadyNodes(t)
 }
 
 // netexec is agnhost's netexec on node n: HTTP on 8080 (/hostname, /clientip) and UDP on

@@ -52,21 +52,7 @@ func TestTLSBootstrapAndRotation(t *testing.T) {
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.Lock(); err != nil { // no other harness run changes the machine meanwhile
-		t.Fatal(err)
-	}
-	before, err := framework.ReadMachineState(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = harness.Down(context.Background(), cfg) })
-	if err := harness.Up(ctx, cfg); err != nil {
-		t.Fatalf("up with TLS bootstrap: %v", err)
-	}
-	cs, err := cfg.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
+	before, cs := framework.UpOwnCluster(ctx, t, cfg)
 
 	// Bootstrapped: the controller-manager approved the node's client CSR, sent with the
 	// bootstrap token, and the agent laid out its files as the kubelet does.
