@@ -58,9 +58,10 @@ func newAPIServerIdentity(ctx context.Context, cfg *agentConfig) (*apiserverIden
 
 // newServingCertificate is the node API's certificate from the
 // kubelet-serving signer when serverTLSBootstrap is on, nil otherwise
-// (tlsCertFile or a self-signed one, which pkg/server loads itself).
+// (tlsCertFile or a self-signed one, which pkg/server loads itself), and
+// nil when enableServer is false: no node API, no certificate to request.
 func newServingCertificate(ctx context.Context, cfg *agentConfig, client kubernetes.Interface, addresses func() []v1.NodeAddress) (*certs.Serving, error) {
-	if !cfg.kubelet.ServerTLSBootstrap {
+	if !cfg.kubelet.ServerTLSBootstrap || (cfg.kubelet.EnableServer != nil && !*cfg.kubelet.EnableServer) {
 		return nil, nil
 	}
 	return certs.NewServing(ctx, certs.ServingConfig{

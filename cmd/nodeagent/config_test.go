@@ -31,11 +31,17 @@ func TestKubeadmZeroValuesGetDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(warnings) != 0 {
-		t.Errorf("warnings for a kubeadm file: %v", warnings)
+		t.Errorf("unknown-field warnings for a kubeadm file: %v", warnings)
 	}
 	applyEvictionDefaults(kc)
 	if err := validateKubeletConfig(kc); err != nil {
 		t.Fatal(err)
+	}
+	// Every field kubeadm writes is honoured or at its default: nothing
+	// warned, nothing refused (TestKindConfigIsHonoured for kind's).
+	fieldWarnings, err := checkConfigFields(kc)
+	if err != nil || len(fieldWarnings) != 0 {
+		t.Errorf("kubeadm's fields: warnings %q, err %v; want neither", fieldWarnings, err)
 	}
 	durations := map[string][2]time.Duration{
 		"syncFrequency":             {kc.SyncFrequency.Duration, time.Minute},
@@ -149,6 +155,10 @@ func TestConfigFileErrors(t *testing.T) {
 		{name: "wrong kind", content: "apiVersion: v1\nkind: Pod\n", want: "want apiVersion kubelet.config.k8s.io/v1beta1"},
 		{name: "wrong type", content: header + "maxPods: many\n", want: "maxPods"},
 		{name: "bad healthz address", content: header + "healthzBindAddress: localhost\n", want: "healthzBindAddress"},
+		{name: "image GC low threshold not below high", content: header + "imageGCHighThresholdPercent: 80\nimageGCLowThresholdPercent: 80\n", want: "imageGCLowThresholdPercent: (80) must be less than imageGCHighThresholdPercent (80)"},
+		{name: "image GC high threshold above 100", content: header + "imageGCHighThresholdPercent: 101\n", want: "imageGCHighThresholdPercent: must be between 0 and 100"},
+		{name: "negative maximum image age", content: header + "imageMaximumGCAge: -1s\n", want: "imageMaximumGCAge: must not be negative"},
+		{name: "maximum image age within the minimum", content: header + "imageMaximumGCAge: 1m\n", want: "imageMaximumGCAge: (1m0s) must be greater than imageMinimumGCAge (2m0s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,7 +203,29 @@ func TestExampleManifestConfigLoads(t *testing.T) {
 	if err := validateKubeletConfig(kc); err != nil {
 		t.Fatal(err)
 	}
+	// Nor may it set a field nodeagent would only warn of or refuse.
+	if fieldWarnings, err := checkConfigFields(kc); err != nil || len(fieldWarnings) != 0 {
+		t.Errorf("fields: warnings %q, err %v; want neither", fieldWarnings, err)
+	}
 	if kc.CgroupDriver != "cgroupfs" || !kc.ServerTLSBootstrap || kc.Authentication.X509.ClientCAFile != "/etc/kubernetes/pki/ca.crt" {
 		t.Errorf("driver %q serverTLSBootstrap %v clientCAFile %q", kc.CgroupDriver, kc.ServerTLSBootstrap, kc.Authentication.X509.ClientCAFile)
+	}
+}
+
+// kind's patch turns eviction off with 0% thresholds and lets images fill
+// the disk: all of it honoured, so the agent says nothing.
+func TestKindConfigIsHonoured(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "c.yaml", header+"failSwapOn: false\nfailCgroupV1: false\nimageGCHighThresholdPercent: 100\n"+
+		"evictionHard:\n  nodefs.available: \"0%\"\n  nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n")
+	kc, _, err := loadKubeletConfig(p, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyEvictionDefaults(kc)
+	if err := validateKubeletConfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	if warnings, err := checkConfigFields(kc); err != nil || len(warnings) != 0 {
+		t.Errorf("warnings %q, err %v; want neither", warnings, err)
 	}
 }

@@ -7,18 +7,13 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodeagent/nodeagent/pkg/eviction"
 )
 
 // defaultEvictionHard is what the kubelet uses on Linux when the config
 // file sets no evictionHard at all.
-func defaultEvictionHard() map[string]string {
-	return map[string]string{
-		"memory.available":  "100Mi",
-		"nodefs.available":  "10%",
-		"imagefs.available": "15%",
-		"nodefs.inodesFree": "5%",
-	}
-}
+func defaultEvictionHard() map[string]string { return eviction.DefaultEvictionHard() }
 
 // gateEnabled reads a feature gate from the config, with the gate's default
 // in this Kubernetes release when the config does not mention it.

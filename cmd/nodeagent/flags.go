@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeagent/nodeagent/pkg/imagegc"
 	"github.com/nodeagent/nodeagent/pkg/podnet"
 )
 
@@ -31,6 +33,9 @@ type flags struct {
 	cloudProvider            string
 	podInfraContainerImage   string
 	version                  string
+	// imageGCPeriod is the hidden --image-gc-period: the end-to-end tests
+	// shorten the kubelet's fixed five minutes with it.
+	imageGCPeriod time.Duration
 
 	// The agent's own pod network (pkg/podnet), off by default.
 	podNetwork       string
@@ -105,6 +110,8 @@ func newFlags(klogFlags *flag.FlagSet) *flags {
 	fs.StringVar(&f.podNetworkBridge, "pod-network-bridge", defaultPodNetworkBridge, "Bridge device of --pod-network=bridge.")
 	fs.StringVar(&f.clusterCIDR, "cluster-cidr", "", "The cluster's pod range(s), comma-separated, one per IP family (the controller-manager's --cluster-cidr); required with --pod-network=bridge: pod traffic to anywhere else is masqueraded.")
 	fs.Lookup("version").NoOptDefVal = "true"
+	fs.DurationVar(&f.imageGCPeriod, "image-gc-period", imagegc.DefaultPeriod, "How often image garbage collection runs; the kubelet's is fixed. For tests.")
+	_ = fs.MarkHidden("image-gc-period")
 
 	for _, name := range []string{"v", "vmodule"} {
 		if gf := klogFlags.Lookup(name); gf != nil {

@@ -43,6 +43,7 @@ func TestRunMainVersion(t *testing.T) {
 func TestRunMainRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
 	bad := writeFile(t, dir, "bad.yaml", header+"nodeLeaseDurationSeconds: -1\n")
+	runOnce := writeFile(t, dir, "runonce.yaml", header+"runOnce: true\nfeatureGates:\n  Foo: true\n")
 	tests := []struct {
 		name string
 		args []string
@@ -51,6 +52,8 @@ func TestRunMainRejectsBadInput(t *testing.T) {
 	}{
 		{name: "unknown flag", args: []string{"--no-such-flag"}, code: 2, want: "unknown flag: --no-such-flag"},
 		{name: "invalid config", args: []string{"--config=" + bad}, code: 1, want: "nodeLeaseDurationSeconds: must be > 0"},
+		{name: "refused field", args: []string{"--config=" + runOnce}, code: 1, want: "runOnce: run-once mode is not implemented"},
+		{name: "unknown feature gate", args: []string{"--config=" + runOnce}, code: 1, want: "featureGates: unrecognized feature gate: Foo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,7 +77,7 @@ func baseArgs(t *testing.T) []string {
 func TestBuildConfigFromHarnessFlags(t *testing.T) {
 	f := newFlags(newKlogFlags())
 	args := append(baseArgs(t), "--pod-infra-container-image=pause:3.10", "--fail-swap-on=false", "--cgroup-driver=systemd",
-		"--cgroup-root=/kubelet", "--eviction-hard=memory.available<200Mi", "--feature-gates=Foo=true",
+		"--cgroup-root=/kubelet", "--eviction-hard=memory.available<200Mi", "--feature-gates=AllAlpha=true",
 		"--containerd=/run/containerd/containerd.sock",
 		"--register-with-taints=a=b:NoSchedule", "--node-labels=node.kubernetes.io/pool=x")
 	warnings, err := f.parse(args)
@@ -96,7 +99,7 @@ func TestBuildConfigFromHarnessFlags(t *testing.T) {
 	// Deprecated flags that mirror a config field win over the file, as with the kubelet.
 	kc := cfg.kubelet
 	if kc.CgroupDriver != "systemd" || kc.CgroupRoot != "/kubelet" || kc.FailSwapOn == nil || *kc.FailSwapOn ||
-		len(kc.EvictionHard) != 1 || kc.EvictionHard["memory.available"] != "200Mi" || !kc.FeatureGates["Foo"] {
+		len(kc.EvictionHard) != 1 || kc.EvictionHard["memory.available"] != "200Mi" || !kc.FeatureGates["AllAlpha"] {
 		t.Errorf("config-mirror flags not applied: driver %q root %q failSwapOn %v evictionHard %v gates %v",
 			kc.CgroupDriver, kc.CgroupRoot, kc.FailSwapOn, kc.EvictionHard, kc.FeatureGates)
 	}
@@ -123,6 +126,7 @@ func TestBuildConfigErrors(t *testing.T) {
 		{name: "bad cloud provider", extra: []string{"--cloud-provider=aws"}, want: "--cloud-provider"},
 		{name: "bad config-mirror flag", extra: []string{"--max-pods=many"}, want: "--max-pods"},
 		{name: "config-mirror flag fails validation", extra: []string{"--max-pods=-1"}, want: "maxPods"},
+		{name: "image GC period", extra: []string{"--image-gc-period=0s"}, want: "--image-gc-period"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,6 +38,9 @@ type agentConfig struct {
 	// podNetwork is the agent's own pod network (--pod-network=bridge);
 	// nil when off.
 	podNetwork *podNetworkConfig
+	// imageGCPeriod is how often image GC runs (the hidden
+	// --image-gc-period).
+	imageGCPeriod time.Duration
 
 	evictionHard   map[string]node.Threshold
 	kubeReserved   v1.ResourceList
@@ -73,6 +77,12 @@ func buildConfig(f *flags) (*agentConfig, []string, error) {
 	if err := validateKubeletConfig(kc); err != nil {
 		return nil, warnings, err
 	}
+	// No field is ignored in silence: each is honoured, warned or refused.
+	fieldWarnings, err := checkConfigFields(kc)
+	warnings = append(warnings, fieldWarnings...)
+	if err != nil {
+		return nil, warnings, err
+	}
 
 	cfg := &agentConfig{kubelet: kc, rootDir: f.rootDir, runtimeCgroups: f.runtimeCgroups, version: kubernetesVersion()}
 	if cfg.kubeconfig, err = chooseKubeconfig(f.kubeconfig, f.bootstrapKubeconfig); err != nil {
@@ -102,6 +112,10 @@ func buildConfig(f *flags) (*agentConfig, []string, error) {
 	if cfg.podNetwork, err = buildPodNetworkConfig(f); err != nil {
 		return nil, warnings, err
 	}
+	if f.imageGCPeriod <= 0 {
+		return nil, warnings, fmt.Errorf("--image-gc-period: must be > 0, got %v", f.imageGCPeriod)
+	}
+	cfg.imageGCPeriod = f.imageGCPeriod
 	cfg.certDir = f.certDir
 	if cfg.certDir == "" {
 		cfg.certDir = filepath.Join(cfg.rootDir, "pki")

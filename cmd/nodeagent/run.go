@@ -21,8 +21,11 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
+	"github.com/nodeagent/nodeagent/pkg/allocation"
 	"github.com/nodeagent/nodeagent/pkg/config"
+	"github.com/nodeagent/nodeagent/pkg/eviction"
 	"github.com/nodeagent/nodeagent/pkg/gc"
+	"github.com/nodeagent/nodeagent/pkg/imagegc"
 	"github.com/nodeagent/nodeagent/pkg/logs"
 	"github.com/nodeagent/nodeagent/pkg/metrics"
 	"github.com/nodeagent/nodeagent/pkg/mirror"
@@ -96,14 +99,17 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
-	admitter, err := admission.New(admission.Config{AllowedUnsafeSysctls: kc.AllowedUnsafeSysctls, KernelVersion: machine.KernelVersion})
+	// The eviction manager's conditions are read by admission and the node
+	// status, both built before the manager.
+	pressure := &eviction.Pressure{}
+	admitter, err := admission.New(admission.Config{AllowedUnsafeSysctls: kc.AllowedUnsafeSysctls, KernelVersion: machine.KernelVersion, Pressure: pressure})
 	if err != nil {
 		return err
 	}
 
 	recorder, stopEvents := newEventRecorder(ctx, client, cfg.nodeName)
 	defer stopEvents()
-	statusMgr, err := status.NewManager(status.Config{Client: client})
+	statusMgr, err := status.NewManager(status.Config{Client: client, Metrics: agentMetrics})
 	if err != nil {
 		return err
 	}
@@ -144,6 +150,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		KubeletPort:            kc.Port,
 		KubeletVersion:         cfg.version,
 		VolumesInUse:           func() []v1.UniqueVolumeName { return volumes.VolumesInUse() },
+		Pressure:               pressure,
 	})
 	if err != nil {
 		return err
@@ -184,11 +191,18 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	env, envInformers := newEnvSource(client)
+	// The RuntimeClasses pods name are watched through the same factory.
+	runtimeClasses := newRuntimeClasses(envInformers)
 	var cg podsync.PodCgroups
 	if podCgroups != nil {
 		cg = podCgroups
 	}
+	allocations, err := allocation.Open(cfg.rootDir)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Starting the pods' resource allocations afresh")
+	}
 	dispatcher, err := podsync.NewDispatcher(podsync.Config{
+		Allocations:           allocations,
 		Runtime:               cri,
 		Images:                cri,
 		Cache:                 podEvents.Cache(),
@@ -198,6 +212,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Secrets:               secretGetter{client: client},
 		Volumes:               volumes,
 		Env:                   env,
+		RuntimeClasses:        runtimeClasses,
 		Allocatable:           nodeCtrl.Allocatable,
 		VolumeRefreshPeriod:   kc.SyncFrequency.Duration,
 		Probes:                probes,
@@ -278,6 +293,35 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	// Image GC measures the image filesystem as the Summary API does, and
+	// records its events on the Node as the static pod sources do.
+	imageCollector, err := imagegc.New(imagegc.Config{
+		Runtime:  cri,
+		ImageFs:  nodeStats,
+		Recorder: recorder,
+		Node:     &v1.ObjectReference{Kind: "Node", Name: cfg.nodeName, UID: types.UID(cfg.nodeName)},
+		Policy: imagegc.Policy{
+			HighThresholdPercent: int(*kc.ImageGCHighThresholdPercent),
+			LowThresholdPercent:  int(*kc.ImageGCLowThresholdPercent),
+			MinAge:               kc.ImageMinimumGCAge.Duration,
+			MaxAge:               kc.ImageMaximumGCAge.Duration,
+		},
+		Period:  cfg.imageGCPeriod,
+		Metrics: agentMetrics,
+	})
+	if err != nil {
+		return err
+	}
+	evictionMgr, err := newEvictionManager(cfg, evictionDeps{
+		stats: nodeStats, pods: dispatcher, images: imageCollector, containers: collector,
+		imageFsInfo: func(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
+			return cri.ImageService().ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+		},
+		recorder: recorder, pressure: pressure,
+	})
+	if err != nil {
+		return err
+	}
 	nodeAPI, err := newNodeServer(cfg, client, cri.RuntimeService(), dispatcher.Pods, nodeAPIExtras{
 		stats: nodeStats, metrics: agentMetrics, serving: serving,
 	})
@@ -301,7 +345,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if serving != nil {
 		g.Go(func() error { return serving.Run(gctx) })
 	}
-	g.Go(func() error { return nodeAPI.Run(gctx) })
+	if nodeAPI != nil {
+		g.Go(func() error { return nodeAPI.Run(gctx) })
+	} else {
+		logger.Info("The node API is off (enableServer: false): nothing listens on its port")
+	}
 	g.Go(func() error { return nodeStats.Run(gctx) })
 	g.Go(func() error { return nodeCtrl.Run(gctx) })
 	g.Go(func() error { return statusMgr.Run(gctx) })
@@ -310,6 +358,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return dispatcher.Run(gctx) })
 	g.Go(func() error { return logRotator.Run(gctx) })
 	g.Go(func() error { return collector.Run(gctx) })
+	g.Go(func() error { return imageCollector.Run(gctx) })
+	g.Go(func() error { return evictionMgr.Run(gctx) })
 	g.Go(func() error { return source.Run(gctx) })
 	g.Go(func() error { return staticPods.Run(gctx) })
 	g.Go(func() error { return mirrors.Run(gctx) })

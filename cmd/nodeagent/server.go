@@ -29,8 +29,12 @@ type nodeAPIExtras struct {
 
 // newNodeServer builds the node's HTTPS API (port 10250) from the configuration: the
 // serving certificate, authentication and authorization as kubelet users configure them.
+// With enableServer false it returns nil and binds nothing, as the kubelet opens no port.
 func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.RuntimeService, pods server.PodLister, extras nodeAPIExtras) (*server.Server, error) {
 	kc := cfg.kubelet
+	if kc.EnableServer != nil && !*kc.EnableServer {
+		return nil, nil
+	}
 	sc := server.Config{
 		Address:                        kc.Address,
 		Port:                           kc.Port,

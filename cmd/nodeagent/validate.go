@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/nodeagent/nodeagent/pkg/eviction"
 	"github.com/nodeagent/nodeagent/pkg/node"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
@@ -96,8 +97,13 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 	if low < 0 || low > 100 {
 		fail("imageGCLowThresholdPercent", "must be between 0 and 100, got %d", low)
 	}
-	if low > high {
-		fail("imageGCLowThresholdPercent", "(%d) must not exceed imageGCHighThresholdPercent (%d)", low, high)
+	if low >= high {
+		fail("imageGCLowThresholdPercent", "(%d) must be less than imageGCHighThresholdPercent (%d)", low, high)
+	}
+	if maxAge := kc.ImageMaximumGCAge.Duration; maxAge < 0 {
+		fail("imageMaximumGCAge", "must not be negative, got %v", maxAge)
+	} else if maxAge > 0 && maxAge <= kc.ImageMinimumGCAge.Duration {
+		fail("imageMaximumGCAge", "(%v) must be greater than imageMinimumGCAge (%v)", maxAge, kc.ImageMinimumGCAge.Duration)
 	}
 	if *kc.NodeStatusMaxImages < -1 {
 		fail("nodeStatusMaxImages", "must be -1 (no limit) or more, got %d", *kc.NodeStatusMaxImages)
@@ -111,6 +117,8 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 		fail("containerRuntimeEndpoint", "%v", err)
 	}
 	if _, err := node.ParseThresholds("evictionHard", kc.EvictionHard); err != nil {
+		errs = append(errs, err)
+	} else if _, err := eviction.ParseThresholds(evictionSettings(kc)); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := node.ParseReserved("kubeReserved", kc.KubeReserved); err != nil {

@@ -67,12 +67,15 @@ type Config struct {
 	// KernelVersion is the host's kernel release; safe sysctls that the
 	// kernel does not namespace yet are not allowed. Empty allows them all.
 	KernelVersion string
+	// Pressure reports the node's resource pressure; nil is none.
+	Pressure Pressure
 }
 
 // Admitter decides on pods. It holds no state about pods: the caller
 // hands it the pods already admitted.
 type Admitter struct {
-	sysctls *allowlist
+	sysctls  *allowlist
+	pressure Pressure
 }
 
 // New validates cfg and builds an Admitter.
@@ -81,15 +84,18 @@ func New(cfg Config) (*Admitter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Admitter{sysctls: al}, nil
+	return &Admitter{sysctls: al, pressure: cfg.Pressure}, nil
 }
 
 // Admit decides whether pod may run on node, given the pods admitted
-// before it, in the kubelet's order of checks: sysctls, then the OS,
+// before it, in the kubelet's order of checks: resource pressure, sysctls, then the OS,
 // then resources (not for critical pods), node affinity, node name and
 // host ports, then the node's NoExecute taints (not for static pods). A nil node is rejected: nothing can be
 // checked against it.
 func (a *Admitter) Admit(logger klog.Logger, pod *v1.Pod, node *v1.Node, admitted []*v1.Pod) Result {
+	if r := admitUnderPressure(logger, a.pressure, pod); !r.Admit {
+		return r
+	}
 	if r := a.sysctls.admit(pod); !r.Admit {
 		return r
 	}

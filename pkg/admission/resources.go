@@ -52,6 +52,14 @@ func fitResources(pod *v1.Pod, node *v1.Node, admitted []*v1.Pod) Result {
 	return Result{Admit: true}
 }
 
+// FitResize judges an in-place resize of a running pod: whether what its
+// spec now asks for fits in the node's allocatable beside what the other
+// pods were allocated. A refusal is OutOf<resource> with the message
+// admission gives; the caller defers the resize.
+func FitResize(pod *v1.Pod, allocatable v1.ResourceList, others []*v1.Pod) Result {
+	return fitResources(pod, &v1.Node{Status: v1.NodeStatus{Allocatable: allocatable}}, others)
+}
+
 // order puts the resources in the order the kubelet checks them.
 func order(name v1.ResourceName) int {
 	switch name {

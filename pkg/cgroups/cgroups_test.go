@@ -511,3 +511,51 @@ func TestV2Systemd(t *testing.T) {
 		t.Errorf("pod slice left: %v", err)
 	}
 }
+
+// A resized pod's cgroup is only raised by EnsurePod (before its
+// containers are resized) and lowered by SettlePod (after).
+func TestResizedPodCgroupRaisedFirstLoweredLast(t *testing.T) {
+	ctx := context.Background()
+	mnt := v1Tree(t)
+	m, _ := newV1(t, mnt, DriverCgroupfs)
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := func(cpu, mem string) v1.ResourceRequirements {
+		l := rl("cpu", cpu, "memory", mem)
+		return v1.ResourceRequirements{Requests: l, Limits: l}
+	}
+	p, err := m.EnsurePod(ctx, pod("g", res("1", "128Mi")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := func(f string) string { return read(t, filepath.Join(mnt, "cpu", p, f)) }
+	mem := func() string { return read(t, filepath.Join(mnt, "memory", p, "memory.limit_in_bytes")) }
+
+	// More cpu, less memory: cpu goes up at once, memory waits.
+	resized := pod("g", res("2", "64Mi"))
+	if _, err := m.EnsurePod(ctx, resized); err != nil {
+		t.Fatal(err)
+	}
+	if cpu("cpu.cfs_quota_us") != "200000" || cpu("cpu.shares") != "2048" || mem() != "134217728" {
+		t.Errorf("while resizing: quota %s shares %s memory %s, want 200000 2048 134217728",
+			cpu("cpu.cfs_quota_us"), cpu("cpu.shares"), mem())
+	}
+	if err := m.SettlePod(ctx, resized); err != nil {
+		t.Fatal(err)
+	}
+	if cpu("cpu.cfs_quota_us") != "200000" || mem() != "67108864" {
+		t.Errorf("settled: quota %s memory %s, want 200000 67108864", cpu("cpu.cfs_quota_us"), mem())
+	}
+	// Settled and unchanged: nothing is written again.
+	write(t, filepath.Join(mnt, "memory", p, "memory.limit_in_bytes"), "1")
+	if _, err := m.EnsurePod(ctx, resized); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SettlePod(ctx, resized); err != nil {
+		t.Fatal(err)
+	}
+	if mem() != "1" {
+		t.Errorf("an unchanged pod's cgroup was written again")
+	}
+}

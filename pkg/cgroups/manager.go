@@ -152,6 +152,24 @@ func (m *Manager) PodCgroup(pod *v1.Pod) (string, error) {
 // already with them, and counts the pod in its QoS cgroup. It returns
 // the cgroup's path.
 func (m *Manager) EnsurePod(ctx context.Context, pod *v1.Pod) (string, error) {
+	return m.applyPod(ctx, pod, true)
+}
+
+// SettlePod brings the pod's cgroup to exactly what the pod asks for now.
+// EnsurePod only ever raises the limits of an existing pod cgroup, so
+// that the containers of a pod being resized are never squeezed under a
+// pod limit they have not been brought to yet; once they have, SettlePod
+// lowers what was to be lowered. A pod whose cgroup is as asked is left
+// alone.
+func (m *Manager) SettlePod(ctx context.Context, pod *v1.Pod) error {
+	_, err := m.applyPod(ctx, pod, false)
+	return err
+}
+
+// applyPod makes the pod's cgroup and writes its limits; with widen, the
+// limits of a cgroup the manager already wrote are only raised (see
+// SettlePod).
+func (m *Manager) applyPod(ctx context.Context, pod *v1.Pod, widen bool) (string, error) {
 	p, err := m.PodCgroup(pod)
 	if err != nil {
 		return "", err
@@ -162,8 +180,15 @@ func (m *Manager) EnsurePod(ctx context.Context, pod *v1.Pod) (string, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if old, ok := m.pods[pod.UID]; ok && reflect.DeepEqual(old, e) && m.fs.exists(p) {
+	old, known := m.pods[pod.UID]
+	if known && reflect.DeepEqual(old, e) && m.fs.exists(p) {
 		return p, nil
+	}
+	if widen && known && old.path == p && m.fs.exists(p) {
+		e.res = widened(old.res, e.res)
+		if reflect.DeepEqual(old, e) {
+			return p, nil
+		}
 	}
 	if err := m.fs.create(p); err != nil {
 		return "", err

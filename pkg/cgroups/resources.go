@@ -134,3 +134,33 @@ func burstableShares(milliCPU []int64) uint64 {
 	}
 	return qos.MilliCPUToShares(sum)
 }
+
+// widened is what to write to a cgroup limited by old on the way to new
+// without lowering anything: each cpu and memory limit the larger of the
+// two (unlimited beats any number; a limit old leaves unset stays
+// unset), the rest as new has it.
+func widened(old, new Resources) Resources {
+	out := new
+	if old.CPUShares != nil && new.CPUShares != nil && *old.CPUShares > *new.CPUShares {
+		out.CPUShares = old.CPUShares
+	}
+	out.CPUQuota = widerLimit(old.CPUQuota, new.CPUQuota)
+	if out.CPUQuota == nil {
+		out.CPUPeriod = nil
+	}
+	out.Memory = widerLimit(old.Memory, new.Memory)
+	return out
+}
+
+// widerLimit is the looser of two limits where zero or less is none.
+func widerLimit(old, new *int64) *int64 {
+	switch {
+	case old == nil || new == nil:
+		return nil // old unset: the cgroup has no limit yet; new unset: left as is
+	case *old <= 0:
+		return old
+	case *new <= 0 || *new > *old:
+		return new
+	}
+	return old
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	gosync "sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -78,6 +79,8 @@ type Collector struct {
 	// those of which nothing is left: the pods whose log directories are
 	// this agent's. Owned by the goroutine that collects.
 	known map[types.UID]bool
+	// mu serializes collections: Run's and DeleteAllUnusedContainers'.
+	mu gosync.Mutex
 }
 
 // New validates cfg and returns a Collector with the kubelet's policy.
@@ -117,6 +120,21 @@ func (c *Collector) Run(ctx context.Context) error {
 // in, its pod's log directory) waits with it. Collections run one at a
 // time.
 func (c *Collector) Collect(ctx context.Context) error {
+	return c.collect(ctx, false)
+}
+
+// DeleteAllUnusedContainers collects now and removes, beyond what a
+// periodic collection does, every dead container and sandbox of the pods
+// that ended but are not deleted: what the kubelet's eviction manager
+// asks of container GC under disk pressure, before it evicts pods.
+func (c *Collector) DeleteAllUnusedContainers(ctx context.Context) error {
+	klog.FromContext(ctx).Info("Attempting to delete unused containers")
+	return c.collect(ctx, true)
+}
+
+func (c *Collector) collect(ctx context.Context, stoppedToo bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	// The order of the reads matters: whatever the runtime or the disk
 	// shows of a pod was made by a worker that is held from before, so a
 	// pod not held after them has been let go by the Dispatcher.
@@ -136,7 +154,7 @@ func (c *Collector) Collect(ctx context.Context) error {
 	c.remember(pods, held, logDirs)
 	p := decide(input{
 		pods: pods, held: held, listed: listed, logDirs: logDirs, known: c.known,
-		now: c.cfg.Clock.Now(), policy: c.policy,
+		now: c.cfg.Clock.Now(), policy: c.policy, stoppedToo: stoppedToo,
 	})
 	return c.carryOut(ctx, p)
 }

@@ -57,6 +57,10 @@ type input struct {
 	known  map[types.UID]bool
 	now    time.Time
 	policy Policy
+	// stoppedToo: the pods held but stopped (ended, not deleted) lose
+	// their dead containers and sandboxes too, as when the eviction
+	// manager asks for disk space.
+	stoppedToo bool
 }
 
 // plan is what one collection removes: containers first, oldest first
@@ -105,6 +109,10 @@ type logDirRemoval struct {
 // Its log directory goes once the runtime keeps nothing of it, if this
 // run of the agent has known the pod.
 //
+// With stoppedToo, a pod held but not run of which nothing runs any
+// more (it ended and is not deleted) is treated as a gone one, save for
+// its log directory.
+//
 // Every other pod is left alone: it is waiting for admission, ending or
 // cleaning up under its worker, or the sources have not listed yet.
 func decide(in input) plan {
@@ -121,6 +129,8 @@ func decide(in input) plan {
 		case held && runs:
 			removed = trimContainers(pod, in)
 		case !held && in.listed:
+			removed = deadContainers(pod, in)
+		case held && in.stoppedToo && !running(pod):
 			removed = deadContainers(pod, in)
 		default:
 			left[pod.UID] = len(pod.Containers) + len(pod.Sandboxes)
@@ -190,6 +200,21 @@ func deadContainers(pod *runtime.PodStatus, in input) []containerRemoval {
 		out = append(out, removal(pod, c))
 	}
 	return out
+}
+
+// running says whether anything of the pod may still hold processes.
+func running(pod *runtime.PodStatus) bool {
+	for _, c := range pod.Containers {
+		if c.State != runtime.ContainerExited {
+			return true
+		}
+	}
+	for _, sb := range pod.Sandboxes {
+		if sb.Ready {
+			return true
+		}
+	}
+	return false
 }
 
 // emptySandboxes picks the pod's sandboxes that are not ready and hold no

@@ -39,11 +39,15 @@ type Metrics struct {
 	imageVolumeMounted   *compbase.Counter
 	imageVolumeFailed    *compbase.Counter
 
+	imageGarbageCollected *compbase.CounterVec
+
 	plegRelistDuration *compbase.Histogram
 	plegRelistInterval *compbase.Histogram
 	plegLastSeen       *compbase.Gauge
 	runningPods        *compbase.Gauge
 	runningContainers  *compbase.GaugeVec
+
+	terminatedContainers *compbase.CounterVec
 
 	runtimeOperations         *compbase.CounterVec
 	runtimeOperationsErrors   *compbase.CounterVec
@@ -97,6 +101,11 @@ func New() *Metrics {
 			Subsystem: "kubelet", Name: "image_volume_mounted_errors_total",
 			Help: "Number of failed image volume mounts.", StabilityLevel: compbase.BETA,
 		}),
+		imageGarbageCollected: compbase.NewCounterVec(&compbase.CounterOpts{
+			Subsystem: kubeletSubsystem, Name: "image_garbage_collected_total",
+			Help:           "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+			StabilityLevel: compbase.ALPHA,
+		}, []string{"reason"}),
 		plegRelistDuration: compbase.NewHistogram(&compbase.HistogramOpts{
 			Subsystem: kubeletSubsystem, Name: "pleg_relist_duration_seconds",
 			Help:    "Duration in seconds for relisting pods in PLEG.",
@@ -122,6 +131,11 @@ func New() *Metrics {
 			Help:           "Number of containers currently running",
 			StabilityLevel: compbase.ALPHA,
 		}, []string{"container_state"}),
+		terminatedContainers: compbase.NewCounterVec(&compbase.CounterOpts{
+			Subsystem: kubeletSubsystem, Name: "terminated_containers_total",
+			Help:           "Cumulative number of container terminations.",
+			StabilityLevel: compbase.ALPHA,
+		}, []string{"container_type", "exit_code", "reason"}),
 
 		runtimeOperations: compbase.NewCounterVec(&compbase.CounterOpts{
 			Subsystem: kubeletSubsystem, Name: "runtime_operations_total",
@@ -164,8 +178,9 @@ func New() *Metrics {
 	}
 	m.registry.MustRegister(
 		m.podWorkerDuration, m.podStartDuration, m.podStartSLIDuration, m.podStartTotalDuration,
-		m.imageVolumeRequested, m.imageVolumeMounted, m.imageVolumeFailed,
+		m.imageVolumeRequested, m.imageVolumeMounted, m.imageVolumeFailed, m.imageGarbageCollected,
 		m.plegRelistDuration, m.plegRelistInterval, m.plegLastSeen, m.runningPods, m.runningContainers,
+		m.terminatedContainers,
 		m.runtimeOperations, m.runtimeOperationsErrors, m.runtimeOperationsDuration,
 		m.restRequests, m.restLatency,
 	)
@@ -220,6 +235,21 @@ func (m *Metrics) ObserveImageVolumes(requested, mounted, failed int) {
 	m.imageVolumeRequested.Add(float64(requested))
 	m.imageVolumeMounted.Add(float64(mounted))
 	m.imageVolumeFailed.Add(float64(failed))
+}
+
+// Reasons an image is garbage collected, as
+// kubelet_image_garbage_collected_total labels them.
+const (
+	ImageGCReasonAge   = "age"
+	ImageGCReasonSpace = "space"
+)
+
+// ObserveImageGarbageCollected counts an image removed by image garbage
+// collection, for reason ImageGCReasonAge (unused for longer than
+// imageMaximumGCAge) or ImageGCReasonSpace (to bring the image
+// filesystem's usage down).
+func (m *Metrics) ObserveImageGarbageCollected(reason string) {
+	m.imageGarbageCollected.WithLabelValues(reason).Inc()
 }
 
 // ObserveRelist records one PLEG relist: how long it took, how long since

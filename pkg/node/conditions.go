@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,24 +12,28 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// pressureCondition is a condition the agent reports as False until
-// eviction exists to measure it.
+// pressureCondition is a resource-pressure condition as the kubelet
+// words it, when the node has it and when it does not.
 type pressureCondition struct {
-	typ     v1.NodeConditionType
-	reason  string
-	message string
+	typ                       v1.NodeConditionType
+	reasonTrue, messageTrue   string
+	reasonFalse, messageFalse string
 }
 
 var pressureConditions = []pressureCondition{
-	{v1.NodeMemoryPressure, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"},
-	{v1.NodeDiskPressure, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
-	{v1.NodePIDPressure, "KubeletHasSufficientPID", "kubelet has sufficient PID available"},
+	{v1.NodeMemoryPressure, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available",
+		"KubeletHasSufficientMemory", "kubelet has sufficient memory available"},
+	{v1.NodeDiskPressure, "KubeletHasDiskPressure", "kubelet has disk pressure",
+		"KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
+	{v1.NodePIDPressure, "KubeletHasInsufficientPID", "kubelet has insufficient PID available",
+		"KubeletHasSufficientPID", "kubelet has sufficient PID available"},
 }
 
 // conditions returns prev with the agent's conditions brought up to date:
 // every heartbeat is now, and a transition time moves only when the status
-// does. Conditions owned by others are kept as they are.
-func conditions(prev []v1.NodeCondition, notReady error, now metav1.Time) []v1.NodeCondition {
+// does. pressure are the pressure conditions the node has. Conditions
+// owned by others are kept as they are.
+func conditions(prev []v1.NodeCondition, notReady error, pressure []v1.NodeConditionType, now metav1.Time) []v1.NodeCondition {
 	out := append([]v1.NodeCondition(nil), prev...)
 	set := func(c v1.NodeCondition) {
 		c.LastHeartbeatTime = now
@@ -46,7 +51,11 @@ func conditions(prev []v1.NodeCondition, notReady error, now metav1.Time) []v1.N
 		out = append(out, c)
 	}
 	for _, p := range pressureConditions {
-		set(v1.NodeCondition{Type: p.typ, Status: v1.ConditionFalse, Reason: p.reason, Message: p.message})
+		if slices.Contains(pressure, p.typ) {
+			set(v1.NodeCondition{Type: p.typ, Status: v1.ConditionTrue, Reason: p.reasonTrue, Message: p.messageTrue})
+		} else {
+			set(v1.NodeCondition{Type: p.typ, Status: v1.ConditionFalse, Reason: p.reasonFalse, Message: p.messageFalse})
+		}
 	}
 	if notReady == nil {
 		set(v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status"})

@@ -25,6 +25,14 @@ type Runtime interface {
 	UpdateRuntimeConfig(ctx context.Context, runtimeConfig *runtimeapi.RuntimeConfig) error
 }
 
+// Pressure reports the node's resource-pressure conditions
+// (*eviction.Pressure).
+type Pressure interface {
+	// Conditions are those of MemoryPressure, DiskPressure and
+	// PIDPressure the node has now.
+	Conditions() []v1.NodeConditionType
+}
+
 // Host reads the machine facts reported in the Node's status.
 type Host interface {
 	Read() (Machine, error)
@@ -98,6 +106,9 @@ type Config struct {
 	VolumesInUse func() []v1.UniqueVolumeName
 	// KubeletVersion is nodeInfo.kubeletVersion, e.g. "v1.37.1".
 	KubeletVersion string
+	// Pressure sets the MemoryPressure, DiskPressure and PIDPressure
+	// conditions (the eviction manager); nil reports none.
+	Pressure Pressure
 }
 
 func (c *Config) validate() error {

@@ -155,6 +155,9 @@ func (c *Controller) observe(ctx context.Context) (observation, error) {
 	if c.cfg.VolumesInUse != nil {
 		obs.volumesInUse = c.cfg.VolumesInUse()
 	}
+	if c.cfg.Pressure != nil {
+		obs.pressure = c.cfg.Pressure.Conditions()
+	}
 
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.RuntimeCallTimeout)
 	defer cancel()

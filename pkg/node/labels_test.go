@@ -67,17 +67,17 @@ func TestConditionTransitions(t *testing.T) {
 	t1 := metav1.NewTime(testStart.Add(10 * time.Second))
 	other := v1.NodeCondition{Type: v1.NodeNetworkUnavailable, Status: v1.ConditionFalse, Reason: "RouteCreated"}
 
-	first := conditions([]v1.NodeCondition{other}, nil, t0)
+	first := conditions([]v1.NodeCondition{other}, nil, nil, t0)
 	if len(first) != 5 || first[0] != other {
 		t.Fatalf("conditions = %v, want the foreign one kept first plus four", first)
 	}
-	second := conditions(first, nil, t1)
+	second := conditions(first, nil, nil, t1)
 	for _, c := range second[1:] {
 		if !c.LastTransitionTime.Equal(&t0) || !c.LastHeartbeatTime.Equal(&t1) {
 			t.Errorf("%s: transition %v heartbeat %v", c.Type, c.LastTransitionTime, c.LastHeartbeatTime)
 		}
 	}
-	third := conditions(second, errRuntimeDown, t1)
+	third := conditions(second, errRuntimeDown, nil, t1)
 	if r := third[4]; r.Type != v1.NodeReady || r.Status != v1.ConditionFalse || !r.LastTransitionTime.Equal(&t1) {
 		t.Errorf("Ready = %+v", r)
 	}

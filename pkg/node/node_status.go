@@ -27,6 +27,8 @@ type observation struct {
 	notReady  error                       // why the node is not Ready; nil when it is
 	// volumesInUse are the attachable volumes mounted or being mounted.
 	volumesInUse []v1.UniqueVolumeName
+	// pressure are the resource-pressure conditions the node has.
+	pressure []v1.NodeConditionType
 }
 
 // initialNode is the Node the agent creates: metadata and spec from the
@@ -100,7 +102,7 @@ func setStatus(cfg *Config, n *v1.Node, obs observation, now metav1.Time) {
 		s.Images = nodeImages(obs.images, cfg.MaxImages)
 	}
 	s.VolumesInUse = obs.volumesInUse
-	s.Conditions = conditions(s.Conditions, obs.notReady, now)
+	s.Conditions = conditions(s.Conditions, obs.notReady, obs.pressure, now)
 }
 
 // withExtended adds to the agent's own capacity the extended resources the Node already

@@ -107,6 +107,18 @@ func (c *Client) StopContainer(ctx context.Context, containerID string, timeout 
 	return nil
 }
 
+// UpdateContainerResources applies new Linux resources to a running
+// container's cgroup (an in-place resize).
+func (c *Client) UpdateContainerResources(ctx context.Context, containerID string, r *runtimeapi.ContainerResources) error {
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	req := &runtimeapi.UpdateContainerResourcesRequest{ContainerId: containerID, Linux: r.GetLinux(), Windows: r.GetWindows()}
+	if _, err := c.rt.UpdateContainerResources(ctx, req); err != nil {
+		return fmt.Errorf("CRI UpdateContainerResources %s: %w", containerID, err)
+	}
+	return nil
+}
+
 // RemoveContainer removes a container; a running one is killed first.
 func (c *Client) RemoveContainer(ctx context.Context, containerID string) error {
 	ctx, cancel := c.callCtx(ctx)

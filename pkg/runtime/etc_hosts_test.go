@@ -19,10 +19,11 @@ func TestHostsFile(t *testing.T) {
 		"fe00::2\tip6-allrouters\n"
 	aliases := []v1.HostAlias{{IP: "10.9.9.9", Hostnames: []string{"foo", "foo.local"}}}
 	for _, tc := range []struct {
-		name   string
-		mutate func(*v1.Pod)
-		ips    []string
-		want   string
+		name    string
+		mutate  func(*v1.Pod)
+		ips     []string
+		want    string
+		wantErr string
 	}{
 		{name: "pod name", ips: []string{"10.1.0.5"}, want: localhost + "10.1.0.5\tweb-0\n"},
 		{name: "hostname, subdomain and two families", ips: []string{"10.1.0.5", "fd01::5"},
@@ -37,14 +38,34 @@ func TestHostsFile(t *testing.T) {
 		{name: "host network", ips: []string{"192.168.0.1"},
 			mutate: func(p *v1.Pod) { p.Spec.HostNetwork, p.Spec.HostAliases = true, aliases },
 			want:   "# Kubernetes-managed hosts file (host network).\n127.0.0.1 node\n\n# Entries added by HostAliases.\n10.9.9.9\tfoo\tfoo.local\n"},
+		{name: "hostnameOverride: that name, no FQDN even with a subdomain", ips: []string{"10.1.0.5"},
+			mutate: func(p *v1.Pod) {
+				p.Spec.HostnameOverride, p.Spec.Hostname, p.Spec.Subdomain = ptr.To("web.example.com"), "db", "sub"
+			},
+			want: localhost + "10.1.0.5\tweb.example.com\n"},
+		{name: "invalid hostnameOverride", ips: []string{"10.1.0.5"},
+			mutate:  func(p *v1.Pod) { p.Spec.HostnameOverride = ptr.To("Web_1") },
+			wantErr: `pod HostnameOverride "Web_1" is not a valid DNS subdomain: `},
+		{name: "invalid hostname", ips: []string{"10.1.0.5"},
+			mutate:  func(p *v1.Pod) { p.Spec.Hostname = "a.b" },
+			wantErr: `pod Hostname "a.b" is not a valid DNS label: `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns"}}
 			if tc.mutate != nil {
 				tc.mutate(p)
 			}
-			got := string(HostsFile(p, tc.ips, "cluster.local", []byte("127.0.0.1 node\n")))
-			if got != tc.want {
+			content, err := HostsFile(p, tc.ips, "cluster.local", []byte("127.0.0.1 node\n"))
+			if tc.wantErr != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q…", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(content); got != tc.want {
 				t.Errorf("got\n%s\nwant\n%s", got, tc.want)
 			}
 		})
@@ -81,6 +102,19 @@ func TestSandboxHostname(t *testing.T) {
 		}, wantErr: "failed to construct FQDN from pod hostname and cluster domain, FQDN " + strings.Repeat("h", 40) +
 			".sub.ns.svc.cluster.local is too long (64 characters is the max, 65 characters requested)"},
 		{name: "host network", mutate: func(p *v1.Pod) { p.Spec.HostNetwork = true }, want: ""},
+		{name: "hostnameOverride over hostname and pod name", mutate: func(p *v1.Pod) {
+			p.Spec.HostnameOverride, p.Spec.Hostname = ptr.To("web.example.com"), "db"
+		}, want: "web.example.com"},
+		{name: "hostnameOverride keeps its name despite subdomain and setHostnameAsFQDN", mutate: func(p *v1.Pod) {
+			p.Spec.HostnameOverride, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = ptr.To("web"), "sub", ptr.To(true)
+		}, want: "web"},
+		{name: "hostnameOverride of 64 characters cut to 63 and its trailing dot", mutate: func(p *v1.Pod) {
+			p.Spec.HostnameOverride = ptr.To(strings.Repeat("a", 62) + ".b")
+		}, want: strings.Repeat("a", 62)},
+		{name: "invalid hostnameOverride", mutate: func(p *v1.Pod) { p.Spec.HostnameOverride = ptr.To("-web") },
+			wantErr: `pod HostnameOverride "-web" is not a valid DNS subdomain: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
+		{name: "invalid subdomain", mutate: func(p *v1.Pod) { p.Spec.Subdomain = "a.b" },
+			wantErr: `pod Subdomain "a.b" is not a valid DNS label: must not contain dots`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "ns", UID: "u"}}

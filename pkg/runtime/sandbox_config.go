@@ -66,15 +66,19 @@ func SandboxConfig(pod *v1.Pod, attempt uint32, opts PodOptions) (*runtimeapi.Po
 // maxFQDNLen is the longest name the kernel's nodename field holds.
 const maxFQDNLen = 64
 
-// podHostname is the pod's hostname: spec.hostname or the pod name,
-// truncated to a DNS label, or with setHostnameAsFQDN its fully
+// podHostname is the pod's hostname: spec.hostnameOverride, or
+// spec.hostname or the pod name truncated to a DNS label, or with
+// setHostnameAsFQDN (and a subdomain, and no override) its fully
 // qualified name. Host-network pods get none: they share the host's UTS
 // namespace and its name.
 func podHostname(pod *v1.Pod, clusterDomain string) (string, error) {
 	if pod.Spec.HostNetwork {
 		return "", nil
 	}
-	host, domain := PodHostnameAndDomain(pod, clusterDomain)
+	host, domain, err := PodHostnameAndDomain(pod, clusterDomain)
+	if err != nil {
+		return "", err
+	}
 	if domain == "" || pod.Spec.SetHostnameAsFQDN == nil || !*pod.Spec.SetHostnameAsFQDN {
 		return host, nil
 	}

@@ -41,6 +41,22 @@ func (a *api) profiling(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// debuggingDisabledPrefixes are the paths the kubelet answers with 405
+// when enableDebuggingHandlers is false, whatever the method: the streams,
+// run, the logs and the profiler (which a.profiling answers itself).
+var debuggingDisabledPrefixes = []string{"/run/", "/exec/", "/attach/", "/portForward/", "/containerLogs/", "/runningpods", "/runningpods/", "/logs/"}
+
+// debuggingDisabledRoutes answers the debugging paths with the kubelet's
+// status and words when enableDebuggingHandlers is false.
+func debuggingDisabledRoutes(mux *http.ServeMux) {
+	disabled := func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "Debug endpoints are disabled.", http.StatusMethodNotAllowed)
+	}
+	for _, p := range debuggingDisabledPrefixes {
+		mux.HandleFunc(p, disabled)
+	}
+}
+
 // monitoringRoutes adds what monitoring reads: stats, metrics, the
 // configuration and the profiler.
 func (a *api) monitoringRoutes(mux *http.ServeMux) {
@@ -55,7 +71,8 @@ func (a *api) monitoringRoutes(mux *http.ServeMux) {
 	if a.probeMetrics != nil {
 		mux.Handle("GET /metrics/probes", a.probeMetrics)
 	}
-	if a.configz != nil {
+	// The kubelet serves /configz only with its debugging handlers.
+	if a.configz != nil && a.debugging {
 		mux.HandleFunc("GET /configz", a.getConfigz)
 	}
 	// Both the bare path and the tree are routes: a redirect between them

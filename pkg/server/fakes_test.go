@@ -165,12 +165,14 @@ func testContainer(id string, pod *v1.Pod, name, restartCount string, state runt
 	}
 }
 
-// testAPI builds the endpoints over a fake runtime and the given pods.
+// testAPI builds the endpoints over a fake runtime and the given pods, with
+// the debugging handlers on, as they are by default.
 func testAPI(rt *fakeRuntime, pods ...*v1.Pod) *api {
 	return &api{
 		nodeName:    "node-1",
 		pods:        func() []*v1.Pod { return pods },
 		runtime:     rt,
 		callTimeout: defaultRuntimeRequestTimeout,
+		debugging:   true,
 	}
 }

@@ -216,7 +216,7 @@ func TestConfigz(t *testing.T) {
 		TypeMeta: metav1.TypeMeta{Kind: "KubeletConfiguration", APIVersion: "kubelet.config.k8s.io/v1beta1"},
 		MaxPods:  42,
 	}
-	rec := get(t, monitoringAPI(&api{configz: kc}), "/configz")
+	rec := get(t, monitoringAPI(&api{configz: kc, debugging: true}), "/configz")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /configz: %d %s", rec.Code, rec.Body)
 	}
@@ -253,5 +253,54 @@ func TestProfilingGates(t *testing.T) {
 				t.Errorf("GET %s: %d %.200s, want %d with %q", tt.path, rec.Code, rec.Body, tt.code, tt.body)
 			}
 		})
+	}
+}
+
+// With enableDebuggingHandlers false the kubelet answers the streams, run,
+// the logs and runningpods with 405 whatever the method, and has no
+// /configz; pods, stats and metrics stay.
+func TestDebuggingHandlersOff(t *testing.T) {
+	rt := &fakeRuntime{}
+	pod := testPod()
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		code   int
+	}{
+		{"exec", http.MethodPost, "/exec/default/web/app?command=ls&output=1", http.StatusMethodNotAllowed},
+		{"exec with uid", http.MethodGet, "/exec/default/web/uid-1/app?command=ls&output=1", http.StatusMethodNotAllowed},
+		{"attach", http.MethodPost, "/attach/default/web/app?output=1", http.StatusMethodNotAllowed},
+		{"port-forward", http.MethodGet, "/portForward/default/web", http.StatusMethodNotAllowed},
+		{"container logs", http.MethodGet, "/containerLogs/default/web/app", http.StatusMethodNotAllowed},
+		{"run", http.MethodPost, "/run/default/web/app?cmd=ls", http.StatusMethodNotAllowed},
+		{"running pods", http.MethodGet, "/runningpods/", http.StatusMethodNotAllowed},
+		{"running pods, bare", http.MethodGet, "/runningpods", http.StatusMethodNotAllowed},
+		{"system logs", http.MethodGet, "/logs/", http.StatusMethodNotAllowed},
+		{"pprof", http.MethodGet, "/debug/pprof/", http.StatusMethodNotAllowed},
+		{"configz is not installed", http.MethodGet, "/configz", http.StatusNotFound},
+		{"pods stay", http.MethodGet, "/pods", http.StatusOK},
+		{"healthz stays", http.MethodGet, "/healthz", http.StatusOK},
+		{"stats stay", http.MethodGet, "/stats/summary", http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := testAPI(rt, pod)
+			a.debugging = false
+			a.profilingOn = true
+			a.configz = map[string]string{"kind": "KubeletConfiguration"}
+			a.stats = &fakeSummary{summary: testSummary()}
+			rec := httptest.NewRecorder()
+			a.routes().ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, nil))
+			if rec.Code != tt.code {
+				t.Fatalf("%s %s: %d %q, want %d", tt.method, tt.path, rec.Code, rec.Body, tt.code)
+			}
+			if tt.code == http.StatusMethodNotAllowed && rec.Body.String() != "Debug endpoints are disabled.\n" {
+				t.Errorf("body %q, want the kubelet's", rec.Body)
+			}
+		})
+	}
+	if len(rt.execs)+len(rt.attaches)+len(rt.forwards)+len(rt.syncs) != 0 {
+		t.Errorf("the runtime was asked to stream or run: %d %d %d %d", len(rt.execs), len(rt.attaches), len(rt.forwards), len(rt.syncs))
 	}
 }

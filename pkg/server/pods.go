@@ -25,6 +25,11 @@ func (a *api) routes() http.Handler {
 	mux.HandleFunc("GET /healthz/ping", ok)
 	mux.HandleFunc("GET /pods", a.getPods)
 	mux.HandleFunc("GET /pods/{$}", a.getPods)
+	if !a.debugging {
+		debuggingDisabledRoutes(mux)
+		a.monitoringRoutes(mux)
+		return mux
+	}
 	mux.HandleFunc("GET /runningpods", a.getRunningPods)
 	mux.HandleFunc("GET /runningpods/{$}", a.getRunningPods)
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", a.getContainerLogs)

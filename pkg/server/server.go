@@ -123,9 +123,11 @@ type Config struct {
 	// KubeletConfiguration with its kind and apiVersion); nil leaves
 	// /configz out.
 	Configz any
-	// EnableDebuggingHandlers and EnableProfilingHandler, both needed,
-	// serve the Go profiler at /debug/pprof (enableDebuggingHandlers,
-	// enableProfilingHandler).
+	// EnableDebuggingHandlers (enableDebuggingHandlers) serves exec,
+	// attach, portForward, run, containerLogs, runningpods and /configz;
+	// without it they answer 405 "Debug endpoints are disabled." (/configz
+	// 404), as on the kubelet. With EnableProfilingHandler
+	// (enableProfilingHandler) too, the Go profiler is at /debug/pprof.
 	EnableDebuggingHandlers bool
 	EnableProfilingHandler  bool
 }

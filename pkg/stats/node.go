@@ -173,11 +173,20 @@ func (p *Provider) nodeNetwork(now time.Time) (*statsapi.NetworkStats, error) {
 // statfs of those filesystems. The container filesystem is the image
 // filesystem unless the runtime keeps them apart.
 func (p *Provider) runtimeFs(ctx context.Context, now time.Time) *statsapi.RuntimeStats {
+	rs, err := p.readRuntimeFs(ctx, now)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Asking the runtime for its image filesystem failed")
+		return nil
+	}
+	return rs
+}
+
+// readRuntimeFs is runtimeFs, with the runtime's error.
+func (p *Provider) readRuntimeFs(ctx context.Context, now time.Time) (*statsapi.RuntimeStats, error) {
 	logger := klog.FromContext(ctx)
 	resp, err := p.cfg.Images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
 	if err != nil {
-		logger.Error(err, "Asking the runtime for its image filesystem failed")
-		return nil
+		return nil, err
 	}
 	convert := func(fss []*runtimeapi.FilesystemUsage) *statsapi.FsStats {
 		if len(fss) == 0 {
@@ -208,7 +217,7 @@ func (p *Provider) runtimeFs(ctx context.Context, now time.Time) *statsapi.Runti
 	if rs.ContainerFs == nil {
 		rs.ContainerFs = rs.ImageFs
 	}
-	return rs
+	return rs, nil
 }
 
 func (p *Provider) rlimit(now time.Time) (*statsapi.RlimitStats, error) {

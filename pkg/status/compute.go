@@ -40,6 +40,12 @@ type Input struct {
 	// Probes gives the probes' verdicts on a running container, by
 	// runtime container ID; nil when nothing is probed.
 	Probes func(containerID string) ProbeResults
+	// Actuated gives the resources last applied to the running container
+	// of a name (in-place resize); nil or not found: those of the spec.
+	Actuated func(name string) (v1.ResourceRequirements, bool)
+	// ResizeConditions are the pod's PodResizePending and
+	// PodResizeInProgress conditions, reported as given.
+	ResizeConditions []v1.PodCondition
 }
 
 // ProbeResults is what a running container's probes say: whether its
@@ -113,7 +119,8 @@ func Compute(in Input) v1.PodStatus {
 	if old.Phase == v1.PodSucceeded || old.Phase == v1.PodFailed {
 		st.Phase = old.Phase
 	}
-	st.Conditions = conditions(pod, &st, in)
+	setResources(pod, &st, in)
+	st.Conditions = append(conditions(pod, &st, in), in.ResizeConditions...)
 	runtime.TrimTerminationMessages(pod, &st)
 	return st
 }
@@ -148,6 +155,11 @@ func containerStatus(c *v1.Container, kind containerKind, defaultWaiting string,
 	init := kind == initKind
 	cs := v1.ContainerStatus{Name: c.Name, Image: c.Image,
 		State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: defaultWaiting}}}
+	if kind != ephemeralKind {
+		// The kubelet's prober writes started for every init and app
+		// container, false until it runs (and passes its startup probe).
+		cs.Started = new(bool)
+	}
 	var seen []*runtime.ContainerStatus
 	for _, o := range in.Observed.ContainersNamed(c.Name) {
 		if o.Init == init && o.Ephemeral == (kind == ephemeralKind) {
@@ -181,11 +193,9 @@ func containerStatus(c *v1.Container, kind containerKind, defaultWaiting string,
 			started := c.StartupProbe == nil || pr.Started
 			cs.Started = &started
 			cs.Ready = (!init || IsSidecar(c)) && started && (c.ReadinessProbe == nil || pr.Ready)
-		default:
-			started := false
-			cs.Started = &started
 		}
-		if init && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
+		// A sidecar is ready only while it runs, even once it has exited 0.
+		if init && !IsSidecar(c) && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
 			cs.Ready = true
 		}
 	}
@@ -300,7 +310,8 @@ func timeOrZero(t time.Time) metav1.Time {
 }
 
 // conditions computes the conditions the agent owns, in the kubelet's
-// order; the manager keeps the others (PodScheduled, …) from the apiserver.
+// order; the manager keeps the others (DisruptionTarget, readiness gates,
+// …) from the apiserver.
 func conditions(pod *v1.Pod, st *v1.PodStatus, in Input) []v1.PodCondition {
 	now := metav1.NewTime(in.Now)
 	mk := func(t v1.PodConditionType, ok bool, reason, msg string) v1.PodCondition {
@@ -366,6 +377,8 @@ func conditions(pod *v1.Pod, st *v1.PodStatus, in Input) []v1.PodCondition {
 		mk(v1.PodInitialized, len(notInit) == 0, initReason, initMsg),
 		mk(v1.PodReady, podReady, podReason, podMsg),
 		mk(v1.ContainersReady, len(notReady) == 0, readyReason, readyMsg),
+		// Running here, the pod is scheduled, however it was bound.
+		mk(v1.PodScheduled, true, "", ""),
 	}
 }
 

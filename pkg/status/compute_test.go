@@ -167,14 +167,14 @@ func TestQOSClass(t *testing.T) {
 }
 
 func TestMergeNeverRevertsTerminalPhase(t *testing.T) {
-	cur := v1.PodStatus{Phase: v1.PodSucceeded, Conditions: []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue}}}
+	cur := v1.PodStatus{Phase: v1.PodSucceeded, Conditions: []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue}}}
 	got := Merge(cur, v1.PodStatus{Phase: v1.PodRunning})
 	if got.Phase != v1.PodSucceeded {
 		t.Errorf("phase = %s, want Succeeded kept", got.Phase)
 	}
 	got = Merge(v1.PodStatus{Phase: v1.PodPending, Conditions: cur.Conditions}, v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}})
-	if len(got.Conditions) != 2 || got.Conditions[1].Type != v1.PodScheduled {
-		t.Errorf("conditions = %+v, want Ready then the scheduler's PodScheduled", got.Conditions)
+	if len(got.Conditions) != 2 || got.Conditions[1].Type != v1.DisruptionTarget {
+		t.Errorf("conditions = %+v, want Ready then the foreign DisruptionTarget", got.Conditions)
 	}
 }
 

@@ -32,18 +32,25 @@ const (
 type Config struct {
 	// Client writes pods/status and confirms deletions.
 	Client kubernetes.Interface
-	// Clock times retries; defaults to the real clock.
+	// Clock times retries and stamps start times; defaults to the real
+	// clock.
 	Clock clock.WithTicker
+	// Metrics counts the container terminations the statuses show; nil
+	// counts nothing.
+	Metrics Metrics
 }
 
 // Manager is the one writer of pod statuses. Callers hand it the latest
 // status of a pod; it coalesces, writes it as a patch with the pod UID as
 // precondition, retries on failure, and never reverts a terminal phase.
 type Manager struct {
-	cfg  Config
-	mu   sync.Mutex
-	pods map[types.UID]*entry
-	wake chan struct{}
+	cfg Config
+	// started is when the manager was made: a static pod's containers
+	// that ended before then were seen ending by an earlier run.
+	started time.Time
+	mu      sync.Mutex
+	pods    map[types.UID]*entry
+	wake    chan struct{}
 }
 
 type entry struct {
@@ -68,7 +75,10 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Manager{cfg: cfg, pods: map[types.UID]*entry{}, wake: make(chan struct{}, 1)}, nil
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	return &Manager{cfg: cfg, started: cfg.Clock.Now(), pods: map[types.UID]*entry{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Set records the pod's latest status to be written. It never blocks.
@@ -83,8 +93,11 @@ func (m *Manager) SetFinal(pod *v1.Pod, st v1.PodStatus) {
 }
 
 func (m *Manager) set(pod *v1.Pod, st v1.PodStatus, del bool) {
+	st = *st.DeepCopy()
 	m.mu.Lock()
 	e, ok := m.pods[pod.UID]
+	m.stamp(pod, e, &st)
+	m.countTerminations(pod, e, st)
 	if !ok {
 		e = &entry{namespace: pod.Namespace, name: pod.Name, uid: pod.UID}
 		if isStatic(pod) {
@@ -96,12 +109,48 @@ func (m *Manager) set(pod *v1.Pod, st v1.PodStatus, del bool) {
 		m.mu.Unlock()
 		return
 	}
-	e.status = *st.DeepCopy()
+	e.status = st
 	e.version++
 	e.deleteWhenDone = e.deleteWhenDone || del
 	e.retryAt = time.Time{}
 	m.mu.Unlock()
 	m.poke()
+}
+
+// stamp fills in what every status the kubelet writes carries: the pod
+// generation it reflects, and a start time (a pod refused at admission
+// gets one too). e is the pod's entry, nil for its first status. m.mu is
+// held.
+func (m *Manager) stamp(pod *v1.Pod, e *entry, st *v1.PodStatus) {
+	st.ObservedGeneration = pod.Generation
+	switch {
+	case st.StartTime != nil:
+	case e != nil && e.status.StartTime != nil:
+		st.StartTime = e.status.StartTime.DeepCopy()
+	case pod.Status.StartTime != nil:
+		st.StartTime = pod.Status.StartTime.DeepCopy()
+	default:
+		now := metav1.NewTime(m.cfg.Clock.Now())
+		st.StartTime = &now
+	}
+}
+
+// countTerminations counts the containers st newly shows terminated, as
+// against the pod's last status here or, for its first, the apiserver's:
+// a restarted agent does not count again what it counted before. A static
+// pod's file has no status; its first counts what ended since the manager
+// started. m.mu is held.
+func (m *Manager) countTerminations(pod *v1.Pod, e *entry, st v1.PodStatus) {
+	old, notBefore := pod.Status, time.Time{}
+	switch {
+	case e != nil:
+		old = e.status
+	case isStatic(pod):
+		notBefore = m.started
+	}
+	for _, t := range terminations(old, st, notBefore) {
+		m.cfg.Metrics.ObserveContainerTerminated(t.containerType, t.exitCode, t.reason)
+	}
 }
 
 // Forget drops a pod the agent is done with.

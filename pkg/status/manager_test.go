@@ -28,7 +28,7 @@ func newManager(t *testing.T, pods ...*v1.Pod) (*Manager, *fake.Clientset) {
 
 func TestManagerWritesKeepsForeignConditionsAndNeverRevertsTerminal(t *testing.T) {
 	p := pod(v1.RestartPolicyNever)
-	p.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue}}
+	p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue}}
 	m, client := newManager(t, p)
 	ctx := context.Background()
 

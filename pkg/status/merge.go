@@ -4,13 +4,18 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// owned are the conditions the agent computes; others (PodScheduled,
-// DisruptionTarget, readiness gates) belong to someone else and are kept.
+// owned are the conditions the agent computes; others (DisruptionTarget,
+// readiness gates) belong to someone else and are kept. PodScheduled is
+// the kubelet's too: it restates it, with the generation it reflects, on
+// every write — and leaves it out of a rejected pod's status.
 var owned = map[v1.PodConditionType]bool{
+	v1.PodScheduled:              true,
 	v1.PodReadyToStartContainers: true,
 	v1.PodInitialized:            true,
 	v1.PodReady:                  true,
 	v1.ContainersReady:           true,
+	v1.PodResizePending:          true,
+	v1.PodResizeInProgress:       true,
 }
 
 // Merge combines the apiserver's current status with the agent's newly
@@ -42,6 +47,9 @@ func Merge(cur, st v1.PodStatus) v1.PodStatus {
 		}
 		out.Phase = cur.Phase
 	}
+	// A status computed from a pod older than the apiserver's latest
+	// write does not take the generation back.
+	out.ObservedGeneration = max(out.ObservedGeneration, cur.ObservedGeneration)
 	if out.NominatedNodeName == "" {
 		out.NominatedNodeName = cur.NominatedNodeName
 	}

@@ -46,6 +46,12 @@ type podActions struct {
 	// ProbeKills are running containers that failed their liveness or
 	// startup probe.
 	ProbeKills []probeKill
+	// ContainersToResize are running containers to bring to their
+	// allocated resources in place; ResizeRestarts are running containers
+	// whose resize policy asks for a restart instead (app containers among
+	// them are in ContainersToStart too). See planResizes.
+	ContainersToResize []containerResize
+	ResizeRestarts     []string
 	// Done is set when nothing will run again: every container has ended
 	// for good under the restart policy, or an init container failed with
 	// restartPolicy Never. The pod is then stopped and its status final.

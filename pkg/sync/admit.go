@@ -158,6 +158,8 @@ func (d *Dispatcher) admitPending(ctx context.Context, listed bool) {
 
 // admit judges one pending pod, if it still is, and starts its worker.
 func (d *Dispatcher) admit(ctx context.Context, uid types.UID) {
+	d.judging.Lock()
+	defer d.judging.Unlock()
 	d.mu.Lock()
 	pod, ok := d.pending[uid]
 	if !ok || d.nameHeldLocked(pod) {
@@ -206,13 +208,16 @@ func (d *Dispatcher) admit(ctx context.Context, uid types.UID) {
 }
 
 // rejectedStatus is the final status of a pod admission refused, as the
-// kubelet writes it.
+// kubelet writes it: for the generation it refused (the status manager
+// adds the start time).
 func rejectedStatus(pod *v1.Pod, reason, message string) v1.PodStatus {
-	return v1.PodStatus{Phase: v1.PodFailed, Reason: reason, Message: message, QOSClass: qos.Class(pod)}
+	return v1.PodStatus{Phase: v1.PodFailed, Reason: reason, Message: message, QOSClass: qos.Class(pod),
+		ObservedGeneration: pod.Generation}
 }
 
-// admittedLocked are the pods that hold node resources: those of every
-// worker whose pod has not ended. d.mu is held.
+// admittedLocked are the pods that hold node resources, with the
+// resources allocated to them: those of every worker whose pod has not
+// ended. d.mu is held.
 func (d *Dispatcher) admittedLocked() []*v1.Pod {
 	var out []*v1.Pod
 	for _, w := range d.workers {
@@ -223,7 +228,9 @@ func (d *Dispatcher) admittedLocked() []*v1.Pod {
 		if removed || pod == nil || isTerminal(pod.Status.Phase) {
 			continue
 		}
-		out = append(out, pod)
+		// What it was given, not a resize it waits for.
+		allocated, _ := d.deps.alloc.Apply(pod)
+		out = append(out, allocated)
 	}
 	return out
 }

@@ -56,7 +56,7 @@ func named(uid, name string, created time.Time, mut ...func(*v1.Pod)) *v1.Pod {
 }
 
 func TestDispatcherRejectsPodThatDoesNotFit(t *testing.T) {
-	pod := basePod(withCPU("4"))
+	pod := basePod(withCPU("4"), func(p *v1.Pod) { p.Generation = 2 })
 	h := newHarness(t, pod)
 	withAdmission(t, h, "1900m")
 	cg := &fakeCgroups{}
@@ -75,8 +75,8 @@ func TestDispatcherRejectsPodThatDoesNotFit(t *testing.T) {
 		st.Message != "Pod was rejected: Node didn't have enough resource: cpu, requested: 4000, used: 0, capacity: 1900" {
 		t.Fatalf("final status = %+v", st)
 	}
-	if st.QOSClass != v1.PodQOSBurstable || len(st.ContainerStatuses) != 0 {
-		t.Errorf("final status = %+v, want the bare refusal with qosClass Burstable", st)
+	if st.QOSClass != v1.PodQOSBurstable || st.ObservedGeneration != 2 || len(st.ContainerStatuses) != 0 {
+		t.Errorf("final status = %+v, want the bare refusal of generation 2 with qosClass Burstable", st)
 	}
 	if ev := h.events(); !strings.Contains(ev, "Warning OutOfcpu Node didn't have enough resource: cpu") {
 		t.Errorf("no OutOfcpu event:\n%s", ev)

@@ -14,6 +14,11 @@ const (
 	backoffResetAfter = 10 * time.Minute
 )
 
+// sandboxBackoff is how long a pod whose sandbox could not be created
+// waits before the next try: the kubelet's pod worker back-off after a
+// failed sync (backOffPeriod; the kubelet adds up to half again as jitter).
+const sandboxBackoff = 10 * time.Second
+
 // backoffs are restart or pull delays by key (a container, an image). They
 // are values: decide reads them, advance replaces them; nothing changes
 // one in place, so a copy handed to the decision never moves under it.

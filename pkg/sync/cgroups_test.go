@@ -18,8 +18,16 @@ import (
 type fakeCgroups struct {
 	mu        gosync.Mutex
 	ensured   []types.UID
+	settled   []types.UID
 	removed   []types.UID
 	removeErr int
+}
+
+func (f *fakeCgroups) SettlePod(_ context.Context, pod *v1.Pod) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settled = append(f.settled, pod.UID)
+	return nil
 }
 
 func (f *fakeCgroups) EnsurePod(_ context.Context, pod *v1.Pod) (string, error) {

@@ -56,7 +56,10 @@ func (p *pass) etcHostsMount(c *v1.Container) ([]*runtimeapi.Mount, error) {
 			return nil, fmt.Errorf("read the node's hosts file: %w", err)
 		}
 	}
-	content := runtime.HostsFile(pod, p.podIPs, w.settings.podOptions.DNS.ClusterDomain, node)
+	content, err := runtime.HostsFile(pod, p.podIPs, w.settings.podOptions.DNS.ClusterDomain, node)
+	if err != nil {
+		return nil, err
+	}
 	path := w.podDir(pod).EtcHosts()
 	if err := os.WriteFile(path, content, etcHostsMode); err != nil {
 		return nil, fmt.Errorf("write the pod's hosts file: %w", err)

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/nodeagent/nodeagent/pkg/allocation"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
@@ -62,6 +63,9 @@ type podState struct {
 	end   ending
 	// restarts and pulls are the crash-loop and image-pull back-offs.
 	restarts, pulls backoffs
+	// sandboxRetry: the pod's sandbox failed to be created; no new one
+	// is tried before this time.
+	sandboxRetry time.Time
 	// waiting is why each container not running waits, as last decided
 	// or met (CrashLoopBackOff, ErrImagePull, CreateContainerConfigError…).
 	waiting map[string]status.Waiting
@@ -82,10 +86,15 @@ type input struct {
 	removed  bool
 	observed *runtime.PodStatus
 	probes   probeResults
+	// actuated are the resources last applied to each of the pod's
+	// containers, by name (in-place resize).
+	actuated allocation.Containers
 	now      time.Time
 	// resync is how long a pod with nothing to do waits before the next
 	// look; maxRestartBackoff caps the crash-loop back-off.
 	resync, maxRestartBackoff time.Duration
+	// evict is the eviction asked of the pod, if any.
+	evict *eviction
 }
 
 // stepKind is what the worker is to do next.
@@ -156,10 +165,14 @@ type outcome struct {
 	// pullsFailed and pullsDone are the image pulls (back-off keys) that
 	// failed and succeeded.
 	pullsFailed, pullsDone []string
+	// sandboxFailed: the sandbox the plan asked for could not be made.
+	sandboxFailed bool
 	// final is the status the final step computed.
 	final *v1.PodStatus
 	// next is when the sync step wants to look again (a failed start).
 	next time.Duration
+	// resizeErr stopped the in-place resize of a container.
+	resizeErr error
 }
 
 // decide returns the next step for the pod. It is pure.
@@ -170,11 +183,11 @@ func decide(st *podState, in input) step {
 	switch st.phase {
 	case phaseSyncing:
 		if e, ok := endOf(in); ok {
-			return step{kind: stepStop, begin: &e, grace: gracePeriod(pod)}
+			return step{kind: stepStop, begin: &e, grace: stopGrace(pod, in.evict)}
 		}
 		return syncStep(st, in)
 	case phaseTerminating:
-		return step{kind: stepStop, grace: gracePeriod(pod)}
+		return step{kind: stepStop, grace: stopGrace(pod, in.evict)}
 	case phaseTerminated:
 		switch {
 		case in.removed:
@@ -210,6 +223,8 @@ func endOf(in input) (ending, bool) {
 	case isTerminal(pod.Status.Phase):
 		// An earlier run of the agent ended it and said so.
 		return ending{quiet: true}, true
+	case in.evict != nil:
+		return endOfEviction(in.evict), true
 	}
 	if left, ok := deadlineLeft(pod, in.now); ok && left <= 0 {
 		return ending{reason: reasonDeadlineExceeded, message: messageDeadlineExceeded, event: true}, true
@@ -242,6 +257,16 @@ func syncStep(st *podState, in input) step {
 	if plan.Done {
 		return step{kind: stepStop, begin: &ending{}, grace: gracePeriod(pod)}
 	}
+	if left := st.sandboxRetry.Sub(in.now); plan.CreateSandbox && left > 0 {
+		// As the kubelet after a failed sync: a pod whose sandbox could not
+		// be made (no such RuntimeClass, a runtime handler or network the
+		// runtime refuses) waits out the back-off instead of retrying at once.
+		if d, ok := deadlineLeft(pod, in.now); ok {
+			left = min(left, max(d, 100*time.Millisecond))
+		}
+		return step{kind: stepIdle, wait: left}
+	}
+	planResizes(pod, in.observed, &plan, in.actuated)
 	s := step{kind: stepSync, plan: plan, restarts: st.restarts, wait: in.resync}
 	keep := func(c *v1.Container, init bool) bool {
 		w, h, ok := s.restartBackoff(pod, c, init, in)
@@ -350,6 +375,9 @@ func advance(st podState, s step, o outcome, now time.Time) podState {
 		}
 		for _, key := range o.pullsDone {
 			st.pulls = st.pulls.without(key)
+		}
+		if o.sandboxFailed {
+			st.sandboxRetry = now.Add(sandboxBackoff)
 		}
 	case stepStop:
 		if s.begin != nil {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
+	"github.com/nodeagent/nodeagent/pkg/allocation"
 	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/volume"
@@ -27,6 +28,8 @@ type Runtime interface {
 	StartContainer(ctx context.Context, containerID string) error
 	StopContainer(ctx context.Context, containerID string, timeout int64) error
 	RemoveContainer(ctx context.Context, containerID string) error
+	// UpdateContainerResources applies an in-place resize.
+	UpdateContainerResources(ctx context.Context, containerID string, resources *runtimeapi.ContainerResources) error
 }
 
 // Images is how workers find and pull images.
@@ -83,6 +86,9 @@ type PodCgroups interface {
 	// EnsurePod makes the pod's cgroup and returns its path, the cgroup
 	// parent of the pod's sandbox.
 	EnsurePod(ctx context.Context, pod *v1.Pod) (string, error)
+	// SettlePod lowers the pod's cgroup to what the pod asks for once its
+	// containers were resized: EnsurePod only raises an existing one.
+	SettlePod(ctx context.Context, pod *v1.Pod) error
 	// RemovePod removes the pod's cgroup once nothing of the pod runs.
 	RemovePod(ctx context.Context, uid types.UID) error
 }
@@ -116,6 +122,12 @@ type deps struct {
 	clock       clock.WithTicker
 	metrics     Metrics
 	pulls       *pullSlots
+	// runtimeClasses resolve pods' runtimeClassName to a handler.
+	runtimeClasses RuntimeClasses
+	// alloc and resizes are the pods' allocated and applied resources
+	// and their resize conditions.
+	alloc   *allocation.Store
+	resizes *resizeConditions
 }
 
 // settings are the node's settings every worker reads; see Config.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/allocation"
 	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
@@ -65,8 +66,13 @@ type Config struct {
 	// Resources are the node's settings for container resources: CFS
 	// quota and period, memory capacity (for OOM scores), huge page sizes.
 	Resources qos.NodeOptions
-	// RuntimeHandler is passed to RunPodSandbox; empty is the default.
+	// RuntimeHandler is passed to RunPodSandbox for pods that name no
+	// RuntimeClass; empty is the runtime's default.
 	RuntimeHandler string
+	// RuntimeClasses resolves a pod's runtimeClassName to the handler its
+	// sandbox runs under; nil knows of none, so that a pod naming one
+	// fails to start.
+	RuntimeClasses RuntimeClasses
 	// RootDir holds the pod directories (<RootDir>/pods/<uid>).
 	RootDir string
 	// NodeIPs are reported as hostIP(s).
@@ -95,6 +101,9 @@ type Config struct {
 	// Metrics records worker passes and pod start latency; nil records
 	// nothing.
 	Metrics Metrics
+	// Allocations keeps the resources each pod was given (in-place
+	// resize); nil keeps them in memory only.
+	Allocations *allocation.Store
 }
 
 // Dispatcher admits pods, hands pod updates to one Worker per pod UID,
@@ -119,6 +128,11 @@ type Dispatcher struct {
 	preadmitted map[types.UID]bool
 	// listed says whether every pod bound here is known (admission waits).
 	listed func() bool
+	// resizing are the pods whose spec asks for resources not allocated
+	// yet; judging serializes the judgments of admissions and resizes,
+	// which share the node's room.
+	resizing map[types.UID]*v1.Pod
+	judging  gosync.Mutex
 }
 
 // NewDispatcher validates cfg and builds a Dispatcher.
@@ -147,11 +161,17 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
+	if cfg.RuntimeClasses == nil {
+		cfg.RuntimeClasses = noRuntimeClasses{}
+	}
 	if cfg.HostsFile == "" {
 		cfg.HostsFile = runtime.EtcHostsPath
 	}
 	if cfg.ResyncPeriod <= 0 {
 		cfg.ResyncPeriod = DefaultResyncPeriod
+	}
+	if cfg.Allocations == nil {
+		cfg.Allocations, _ = allocation.Open("")
 	}
 	if cfg.Known == nil {
 		cfg.Known = func() []runtime.PodRef { return nil }
@@ -169,11 +189,13 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg: cfg, workers: map[types.UID]*Worker{}, listed: listed,
 		pending: map[types.UID]*v1.Pod{}, admitWake: make(chan struct{}, 1), preadmitted: map[types.UID]bool{},
+		resizing: map[types.UID]*v1.Pod{},
 		deps: &deps{
 			runtime: cfg.Runtime, images: cfg.Images, cache: cfg.Cache, relister: cfg.Relister,
 			status: cfg.Status, events: cfg.Recorder, secrets: cfg.Secrets, volumes: cfg.Volumes,
 			env: cfg.Env, allocatable: cfg.Allocatable, cgroups: cfg.Cgroups, probes: cfg.Probes,
 			hooks: cfg.Hooks, clock: cfg.Clock, metrics: cfg.Metrics, pulls: newPullSlots(cfg.MaxParallelImagePulls),
+			runtimeClasses: cfg.RuntimeClasses, alloc: cfg.Allocations, resizes: newResizeConditions(),
 		},
 		settings: &settings{
 			podOptions: cfg.PodOptions, resources: cfg.Resources, runtimeHandler: cfg.RuntimeHandler,
@@ -194,27 +216,35 @@ func (d *Dispatcher) newWorker(pod *v1.Pod) *Worker {
 }
 
 // UpsertPod hands a pod's latest spec to its worker, or to admission when
-// it has none yet. It never blocks.
+// it has none yet. A resize the spec asks for is judged first, so that
+// the worker wakes to the new allocation. It never blocks for long.
 func (d *Dispatcher) UpsertPod(pod *v1.Pod) {
 	d.mu.Lock()
 	w, ok := d.workers[pod.UID]
 	_, pending := d.pending[pod.UID]
 	d.mu.Unlock()
-	if ok {
-		w.update(pod, false)
-		return
+	if !ok {
+		// Whether the runtime or the disk holds anything of a pod new to
+		// this run decides whether it was admitted before; it is read
+		// outside the lock (a directory read) and only when it matters.
+		known := !pending && (d.cfg.Admitter != nil || pod.DeletionTimestamp != nil) && d.known(pod.UID)
+		d.mu.Lock()
+		w, ok = d.workers[pod.UID]
+		if !ok {
+			d.queueLocked(pod, known)
+			_, started := d.workers[pod.UID]
+			d.mu.Unlock()
+			if started {
+				// A pod that ran before this run of the agent: a resize
+				// asked while the agent was away is judged now.
+				d.queueResize(pod)
+			}
+			return
+		}
+		d.mu.Unlock()
 	}
-	// Whether the runtime or the disk holds anything of a pod new to
-	// this run decides whether it was admitted before; it is read
-	// outside the lock (a directory read) and only when it matters.
-	known := !pending && (d.cfg.Admitter != nil || pod.DeletionTimestamp != nil) && d.known(pod.UID)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if w, ok := d.workers[pod.UID]; ok {
-		w.update(pod, false)
-		return
-	}
-	d.queueLocked(pod, known)
+	d.queueResize(pod)
+	w.update(pod, false)
 }
 
 // RemovePod tells the pod's worker that the pod is gone from the source.
@@ -269,6 +299,15 @@ func (d *Dispatcher) WakePod(uid types.UID) {
 
 func (d *Dispatcher) startLocked(w *Worker) {
 	d.workers[w.uid] = w
+	// A pod that runs holds what its spec asks for, unless it holds an
+	// allocation already (from an earlier run of the agent).
+	if pod := w.pod; pod != nil && !w.removed && !w.ended.Load() {
+		if _, ok := d.deps.alloc.Allocated(w.uid); !ok {
+			if err := d.deps.alloc.SetAllocated(pod); err != nil && d.ctx != nil {
+				klog.FromContext(d.ctx).Error(err, "Recording a pod's allocation failed", "pod", klog.KObj(pod))
+			}
+		}
+	}
 	if d.ctx != nil {
 		d.launchLocked(w)
 	}
@@ -317,10 +356,15 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		if d.cfg.SourceSynced() && d.cfg.Clock.Since(lastScan) >= orphanScanPeriod {
 			lastScan = d.cfg.Clock.Now()
-			for _, ref := range d.cfg.Known() {
+			known := d.cfg.Known()
+			for _, ref := range known {
 				d.Wake(ref)
 			}
+			d.forgetAllocations(ctx, known)
 		}
+		// Deferred resizes are judged again every tick: room frees up as
+		// pods end, and judging is cheap (no I/O).
+		d.judgeResizes(ctx)
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 //	delete [grace=N] | remove                  the pod is deleted; it left the source
 //	decide                                     print the next step, change nothing
 //	step [pull-failed=IMAGE] [cancelled] [fail] carry the next step out, print it and the state
+//	     [sandbox-failed]                      (the runtime refuses the sandbox)
 //	status                                     print the status computed now
 //
 // go test ./pkg/sync -run TestScenarios -update rewrites the outputs.
@@ -314,6 +315,10 @@ func (sc *scenario) carryOut(s step, args map[string]string) outcome {
 		for _, id := range p.ContainersToRemove {
 			sc.removeID(id)
 		}
+		if _, ok := args["sandbox-failed"]; ok && p.CreateSandbox {
+			o.sandboxFailed = true
+			return o
+		}
 		if p.CreateSandbox {
 			sc.ids++
 			sc.observed.Sandboxes = append(sc.observed.Sandboxes, &runtime.SandboxStatus{ID: fmt.Sprintf("sb-%d", sc.ids),
@@ -484,6 +489,9 @@ func (sc *scenario) describeState() string {
 	}
 	if st.released {
 		out += " released"
+	}
+	if st.sandboxRetry.After(sc.now) {
+		out += fmt.Sprintf(" sandbox-retry-in=%s", st.sandboxRetry.Sub(sc.now))
 	}
 	var names []string
 	for name := range st.waiting {

@@ -2,11 +2,13 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	grpcstatus "google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -143,6 +145,22 @@ func (p *pass) run(ctx context.Context) {
 			return
 		}
 	}
+	for _, id := range plan.ResizeRestarts {
+		p.changed = true
+		if err := w.restartForResize(ctx, pod, p.observed, id); err != nil {
+			logger.Error(err, "Stopping a container whose resize needs a restart failed")
+			p.out.resizeErr = err
+			p.wait(time.Second)
+			return
+		}
+	}
+	if len(plan.ContainersToResize) > 0 {
+		if err := p.applyResizes(ctx); err != nil {
+			logger.Error(err, "Resizing the pod's containers failed, will retry")
+			p.out.resizeErr = err
+			p.wait(w.settings.resync)
+		}
+	}
 	for _, k := range plan.ProbeKills {
 		p.changed = true
 		if err := w.killForProbe(ctx, pod, p.observed, k); err != nil {
@@ -161,6 +179,7 @@ func (p *pass) run(ctx context.Context) {
 	sandboxCfg, warnings, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
 	if err != nil {
 		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+		p.out.sandboxFailed = plan.CreateSandbox
 		p.wait(time.Second)
 		return
 	}
@@ -176,16 +195,21 @@ func (p *pass) run(ctx context.Context) {
 			if err := os.MkdirAll(sandboxCfg.LogDirectory, logDirMode); err != nil {
 				return fmt.Errorf("create pod log directory: %w", err)
 			}
+			handler, err := w.runtimeHandler(ctx, pod)
+			if err != nil {
+				return err
+			}
 			p.changed = true
-			id, err := w.deps.runtime.RunPodSandbox(ctx, sandboxCfg, w.settings.runtimeHandler)
+			id, err := w.deps.runtime.RunPodSandbox(ctx, sandboxCfg, handler)
 			sandboxID = id
 			return err
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+				w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", runtimeError(err))
+				p.out.sandboxFailed = true
 			}
-			p.wait(time.Second)
+			p.wait(sandboxBackoff)
 			return
 		}
 	}
@@ -273,6 +297,11 @@ func (p *pass) startContainer(ctx context.Context, c *v1.Container, kind contain
 		fail(reasonCreateError, err, time.Second)
 		return
 	}
+	if kind != ephemeralContainer {
+		if err := w.deps.alloc.SetActuated(pod.UID, c.Name, c.Resources); err != nil {
+			klog.FromContext(ctx).Error(err, "Recording a container's resources failed", "container", c.Name)
+		}
+	}
 	w.deps.events.Eventf(ref, v1.EventTypeNormal, eventCreated, "Container created")
 	err = w.timed(ctx, "startContainer:"+c.Name, func() error { return w.deps.runtime.StartContainer(ctx, id) })
 	if err != nil {
@@ -285,6 +314,18 @@ func (p *pass) startContainer(ctx context.Context, c *v1.Container, kind contain
 		p.setWaiting(c.Name, &status.Waiting{Reason: reasonPostStartHookError, Message: msg})
 		p.wait(time.Second)
 	}
+}
+
+// runtimeError is the runtime's own error within err, the gRPC status
+// the kubelet shows users unadorned; err itself when it holds none.
+func runtimeError(err error) error {
+	var se interface{ GRPCStatus() *grpcstatus.Status }
+	if errors.As(err, &se) {
+		if e, ok := se.(error); ok {
+			return e
+		}
+	}
+	return err
 }
 
 // ephemeralTarget is the runtime ID of the container an ephemeral
@@ -341,6 +382,27 @@ func (w *Worker) timed(ctx context.Context, name string, fn func() error) error 
 		return err
 	}
 	logger.V(2).Info("Pod step done", "step", name, "duration", d)
+	return nil
+}
+
+// restartForResize stops a running container whose resize policy asks
+// for a restart to take new resources; its successor is created with
+// them.
+func (w *Worker) restartForResize(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus, id string) error {
+	for _, c := range observed.Containers {
+		if c.ID != id {
+			continue
+		}
+		spec, init := specContainer(pod, c.Name, c.Init)
+		if spec == nil {
+			return nil
+		}
+		w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling,
+			"Container %s resize requires restart", c.Name)
+		return w.timed(ctx, "stopContainer:"+c.Name, func() error {
+			return w.stopContainer(ctx, pod, spec, id, podIP(pod, observed), gracePeriod(pod))
+		})
+	}
 	return nil
 }
 

@@ -49,6 +49,8 @@ type Worker struct {
 	// ended: the pod no longer holds node resources (it is ending or
 	// ended). Read by the Dispatcher's admission.
 	ended atomic.Bool
+	// evicted is set once by the eviction manager (Dispatcher.Evict).
+	evicted atomic.Pointer[eviction]
 }
 
 func newWorker(d *deps, s *settings, pod *v1.Pod) *Worker {
@@ -142,6 +144,10 @@ func (w *Worker) run(ctx context.Context) {
 		case <-timer.C():
 		}
 		pod, removed := w.latest()
+		if pod != nil {
+			// The pod as allocated: a resize not allocated yet waits.
+			pod, _ = w.deps.alloc.Apply(pod)
+		}
 		observed, err := w.deps.cache.GetNewerThan(ctx, w.uid, w.lastActed)
 		if err != nil {
 			return
@@ -168,8 +174,9 @@ func (w *Worker) run(ctx context.Context) {
 func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *runtime.PodStatus) (time.Duration, bool) {
 	now := w.deps.clock.Now()
 	s := decide(&w.state, input{
-		pod: pod, removed: removed, observed: observed, probes: w.probeResults(observed), now: now,
-		resync: w.settings.resync, maxRestartBackoff: w.settings.maxRestartBackoff,
+		pod: pod, removed: removed, observed: observed, probes: w.probeResults(observed), now: now, evict: w.evicted.Load(),
+		actuated: w.deps.alloc.ActuatedPod(w.uid),
+		resync:   w.settings.resync, maxRestartBackoff: w.settings.maxRestartBackoff,
 	})
 	o := w.execute(ctx, s, pod, observed)
 	w.state = advance(w.state, s, o, now)
@@ -177,11 +184,16 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 		w.ended.Store(true)
 	}
 	if s.kind == stepSync {
+		w.resizeProgress(pod, s, o)
 		w.report(pod, observed)
 	}
 	switch {
 	case s.kind == stepDone:
 		klog.FromContext(ctx).V(2).Info("Pod removed")
+		w.deps.resizes.forget(w.uid)
+		if err := w.deps.alloc.Remove(w.uid); err != nil {
+			klog.FromContext(ctx).Error(err, "Forgetting the pod's allocation failed")
+		}
 		if pod != nil && isStatic(pod) {
 			// Its status would wait for a mirror pod that never comes.
 			w.deps.status.Forget(w.uid)
@@ -291,5 +303,18 @@ func (w *Worker) computeStatus(pod *v1.Pod, observed *runtime.PodStatus, termina
 		Pod: pod, Observed: observed, Waiting: w.state.waiting, Terminal: terminal,
 		NodeIPs: w.settings.nodeIPs, RuntimeName: w.settings.runtimeName, Now: w.deps.clock.Now(),
 		Probes: w.statusProbes,
+		Actuated: func(name string) (v1.ResourceRequirements, bool) {
+			return w.deps.alloc.Actuated(w.uid, name)
+		},
+		ResizeConditions: resizeConditionsUnless(terminal, w.deps.resizes.list(w.uid)),
 	})
+}
+
+// resizeConditionsUnless drops the resize conditions from an ended pod's
+// status: nothing of it is resized any more.
+func resizeConditionsUnless(terminal bool, conds []v1.PodCondition) []v1.PodCondition {
+	if terminal {
+		return nil
+	}
+	return conds
 }

@@ -4,7 +4,9 @@
 // calls MountPod on every sync, which compares what the pod wants with what
 // is on disk and in the mount table and fixes the difference (a configMap
 // change, a token due for refresh, a tmpfs lost to a reboot). Nothing is
-// kept in memory that the disk cannot give back after a restart.
+// kept in memory that the disk cannot give back after a restart, but for
+// credentials (tokens, pod certificates and their keys), which a restarted
+// agent requests anew.
 package volume
 
 import (
@@ -32,16 +34,18 @@ type Config struct {
 	// RootDir is the agent's root directory (the kubelet's --root-dir,
 	// usually /var/lib/kubelet). Required.
 	RootDir string
-	// Client reads configMaps, secrets and cluster trust bundles and
-	// requests service-account tokens. Without it those volumes fail.
+	// Client reads configMaps, secrets and cluster trust bundles, requests
+	// service-account tokens and pod certificates. Without it those
+	// volumes fail.
 	Client kubernetes.Interface
 	// NodeName is this node's name: CSI volumes' attachments are named
-	// after it.
+	// after it, and pod certificate requests name it.
 	NodeName types.NodeName
 	// CSIDrivers holds the CSI drivers registered on this node. Without it
 	// persistentVolumeClaim, ephemeral and csi volumes are unsupported.
 	CSIDrivers *csi.Registry
-	// Clock times token refreshes. Defaults to the real clock.
+	// Clock times token and pod certificate refreshes. Defaults to the
+	// real clock.
 	Clock clock.PassiveClock
 	// Allocatable returns the node's allocatable resources: the default
 	// for downward API limits a container does not set and the bound of a
@@ -61,6 +65,7 @@ type Manager struct {
 	plugins []plugin
 	mounter mounter
 	tokens  *tokenSource
+	certs   *podCertSource
 	log     klog.Logger
 
 	mu   sync.Mutex
@@ -99,6 +104,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	objects := objectSource{client: cfg.Client}
 	tokens := newTokenSource(cfg.Client, cfg.Clock)
+	certs := newPodCertSource(cfg.Client, cfg.NodeName, cfg.Clock)
 	allocMemory := func() *resource.Quantity {
 		if q, ok := cfg.Allocatable()[v1.ResourceMemory]; ok {
 			return &q
@@ -109,6 +115,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		layout:  poddir.New(cfg.RootDir),
 		mounter: cfg.mounter,
 		tokens:  tokens,
+		certs:   certs,
 		pods:    map[types.UID]*podLock{},
 		plugins: []plugin{
 			&emptyDirPlugin{mounter: cfg.mounter, allocatableMemory: allocMemory, hugePagesDir: cfg.HugePagesDir},
@@ -117,7 +124,7 @@ func NewManager(cfg Config) (*Manager, error) {
 			newConfigMapPlugin(objects, cfg.mounter),
 			newSecretPlugin(objects, cfg.mounter),
 			newDownwardAPIPlugin(cfg.Allocatable, cfg.mounter),
-			newProjectedPlugin(&projectedPayload{objects: objects, tokens: tokens, allocatable: cfg.Allocatable}, cfg.mounter),
+			newProjectedPlugin(&projectedPayload{objects: objects, tokens: tokens, podCerts: certs, allocatable: cfg.Allocatable}, cfg.mounter),
 		},
 	}
 	if cfg.CSIDrivers != nil {
@@ -241,10 +248,15 @@ func (m *Manager) ensurePodDirs(uid types.UID) error {
 	return nil
 }
 
-// NextRefresh is when the pod's volumes next need a sync for a token
-// refresh; false when nothing is due. The worker may schedule a wake-up.
+// NextRefresh is when the pod's volumes next need a sync for a token or
+// pod certificate refresh; false when nothing is due. The worker may
+// schedule a wake-up.
 func (m *Manager) NextRefresh(uid types.UID) (time.Time, bool) {
-	return m.tokens.nextRefresh(uid)
+	next, ok := m.tokens.nextRefresh(uid)
+	if t, certOK := m.certs.nextRefresh(uid); certOK && (!ok || t.Before(next)) {
+		next, ok = t, true
+	}
+	return next, ok
 }
 
 // VolumesInUse lists the node's attachable volumes that are mounted or

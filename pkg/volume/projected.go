@@ -21,6 +21,7 @@ import (
 type projectedPayload struct {
 	objects     objectSource
 	tokens      *tokenSource
+	podCerts    *podCertSource
 	allocatable func() v1.ResourceList
 }
 
@@ -88,7 +89,11 @@ func (pp *projectedPayload) payload(ctx context.Context, req *setUpRequest) (map
 			}
 			errs = append(errs, err)
 		case s.PodCertificate != nil:
-			errs = append(errs, fmt.Errorf("projected source podCertificate is not supported yet"))
+			key, chain, err := pp.podCerts.credential(ctx, pod, req.vol.Name, i, s.PodCertificate)
+			if err == nil {
+				podCertFiles(out, s.PodCertificate, key, chain, credMode)
+			}
+			errs = append(errs, err)
 		default:
 			errs = append(errs, fmt.Errorf("projected source %d has no known kind", i))
 		}

@@ -60,12 +60,3 @@ func TestProjectedClusterTrustBundle(t *testing.T) {
 		})
 	}
 }
-
-func TestProjectedPodCertificateNotSupported(t *testing.T) {
-	f := newFixture(t)
-	pod := basePod(withVolume("v", v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
-		Sources: []v1.VolumeProjection{{PodCertificate: &v1.PodCertificateProjection{SignerName: "example.com/s"}}}}}))
-	if _, err := f.mgr.MountPod(context.Background(), pod); err == nil || !strings.Contains(err.Error(), "not supported") {
-		t.Fatalf("err = %v", err)
-	}
-}

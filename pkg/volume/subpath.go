@@ -128,7 +128,10 @@ func makeMountTarget(target string, dir bool) error {
 // openBeneath opens rel inside root as an O_PATH descriptor. Symlinks
 // that stay inside root are followed; anything that would leave it fails
 // with EXDEV. Missing directories are created one at a time, each opened
-// again beneath its parent with no symlink allowed.
+// again beneath its parent with no symlink allowed, and each given the
+// mode of root, as the kubelet gives them: an emptyDir (0777, and with an
+// fsGroup setgid: 2777) lends every container user of the pod the
+// directories made in it.
 func openBeneath(root, rel string) (int, error) {
 	rootFd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -153,6 +156,13 @@ func openBeneath(root, rel string) (int, error) {
 func makeDirsBeneath(rootFd int, rel string) (int, error) {
 	strict := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	var root unix.Stat_t
+	if err := unix.Fstat(rootFd, &root); err != nil {
+		return -1, fmt.Errorf("stat volume: %w", err)
+	}
+	// Every directory made gets root's permission bits, setuid, setgid and
+	// sticky included, whatever the umask.
+	mode := root.Mode & 0o7777
 	cur, err := unix.Dup(rootFd)
 	if err != nil {
 		return -1, err
@@ -164,8 +174,17 @@ func makeDirsBeneath(rootFd int, rel string) (int, error) {
 		next, err := unix.Openat2(cur, elem, strict)
 		if errors.Is(err, unix.ENOENT) {
 			// An O_PATH descriptor is a valid dirfd for mkdirat.
-			if err = unix.Mkdirat(cur, elem, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+			created := false
+			if err = unix.Mkdirat(cur, elem, mode&0o777); err == nil || errors.Is(err, unix.EEXIST) {
+				created = err == nil
 				next, err = unix.Openat2(cur, elem, strict)
+			}
+			if err == nil && created {
+				// fchmod refuses an O_PATH descriptor; its /proc link names
+				// the very directory just made, whatever happens to the path.
+				if err = unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", next), mode); err != nil {
+					unix.Close(next)
+				}
 			}
 		}
 		unix.Close(cur)

@@ -98,6 +98,15 @@ func TestAgentSIGKILLRestartsNoContainer(t *testing.T) {
 func sigkillAndRestartAgent(t *testing.T, ctx context.Context) {
 	t.Helper()
 	cfg := framework.Cluster(t)
+	killAgent(t, cfg)
+	if err := cfg.StartAgent(ctx); err != nil {
+		t.Fatalf("start agent: %v", err)
+	}
+}
+
+// killAgent kills the node agent with SIGKILL and waits until it is gone.
+func killAgent(t *testing.T, cfg *harness.Config) {
+	t.Helper()
 	pid := cfg.Pids()["agent"]
 	if pid == 0 {
 		t.Fatal("no agent pid recorded")
@@ -111,7 +120,4 @@ func sigkillAndRestartAgent(t *testing.T, ctx context.Context) {
 		}
 		return nil
 	})
-	if err := cfg.StartAgent(ctx); err != nil {
-		t.Fatalf("start agent: %v", err)
-	}
 }

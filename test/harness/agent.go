@@ -17,6 +17,9 @@ import (
 func (c *Config) AgentConfig() string { return c.agentConfig(nodeAt(0)) }
 
 // agentConfig is node n's KubeletConfiguration: the nodes differ only in their cgroup root.
+// Image GC by disk usage is off (high threshold 100): the machine's disk is shared with
+// everything else on it, and the tests' images must not vanish because it fills; the
+// image GC test turns GC by age on for itself.
 func (c *Config) agentConfig(n Node) string {
 	rotate := "rotateCertificates: false\n"
 	if c.TLSBootstrap {
@@ -33,6 +36,7 @@ staticPodPath: %s
 resolvConf: /etc/resolv.conf
 failSwapOn: false
 failCgroupV1: false
+imageGCHighThresholdPercent: 100
 %scontainerLogMaxSize: %s
 containerLogMaxFiles: %d
 authentication:

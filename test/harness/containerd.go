@@ -15,6 +15,11 @@ import (
 
 const cniBinDir = "/usr/lib/cni" // Debian's containernetworking-plugins
 
+// TestRuntimeHandler is a second runtime handler the harness's containerd
+// offers beside its default: runc with the same options, under another
+// name, for tests of RuntimeClass.
+const TestRuntimeHandler = "nodeagent-test"
+
 // containerdPaths are the runtime's own directories, never the system defaults.
 func (c *Config) containerdPaths() (root, state, runcRoot, certs, cniConf, ipam string) {
 	return c.path("containerd", "root"), c.path("containerd", "state"), c.path("containerd", "runc"),
@@ -26,7 +31,8 @@ func (c *Config) containerdPaths() (root, state, runcRoot, certs, cniConf, ipam 
 func pauseImage() string { return "registry.k8s.io/pause:" + PauseTag }
 
 // containerdConfig renders the runtime's configuration: cgroupfs, the harness's runc root,
-// netns under the state dir, CNI from the harness's conf dir, registries from certs.d.
+// netns under the state dir, CNI from the harness's conf dir, registries from certs.d, and
+// runc under a second handler name (TestRuntimeHandler).
 func (c *Config) containerdConfig() string {
 	root, state, runcRoot, certs, cniConf, _ := c.containerdPaths()
 	sock := c.criSocket()
@@ -53,12 +59,18 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         BinaryName = "/usr/sbin/runc"
         Root = %[5]q
         SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[9]s]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[9]s.options]
+        BinaryName = "/usr/sbin/runc"
+        Root = %[5]q
+        SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[6]q
     conf_dir = %[7]q
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %[8]q
-`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs)
+`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs, TestRuntimeHandler)
 	}
 	return fmt.Sprintf(`version = 3
 root = %[1]q
@@ -87,10 +99,16 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri",
         BinaryName = "/usr/sbin/runc"
         Root = %[5]q
         SystemdCgroup = false
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[9]s]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[9]s.options]
+        BinaryName = "/usr/sbin/runc"
+        Root = %[5]q
+        SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [%[6]q]
     conf_dir = %[7]q
-`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs)
+`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs, TestRuntimeHandler)
 }
 
 // cniConflist is the pod network: a bridge with host-local IPAM on the node's pod CIDR,

@@ -69,37 +69,10 @@ rules:
 func (c *Config) AuditLog() string { return c.path("logs", "audit.log") }
 
 func (c *Config) startAPIServer(ctx context.Context, bin string) error {
-	pki := func(f string) string { return c.path("pki", f) }
 	if err := writeFiles(c.path("pki"), map[string]string{"audit-policy.yaml": auditPolicy}); err != nil {
 		return err
 	}
-	_, err := c.startDaemon("kube-apiserver", filepath.Join(bin, "kube-apiserver"), []string{
-		"--etcd-servers=" + etcdClientURL,
-		// On the nodes' segment, where every node reaches it (and only this machine does).
-		"--bind-address=" + NodeIP,
-		"--secure-port=" + strconv.Itoa(APIServerPort),
-		// The endpoint of the kubernetes service: the address it listens on.
-		"--advertise-address=" + NodeIP,
-		"--service-cluster-ip-range=" + ServiceCIDR,
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--allow-privileged=true",
-		"--enable-bootstrap-token-auth=true",
-		"--client-ca-file=" + pki("ca.crt"),
-		"--tls-cert-file=" + pki("apiserver.crt"),
-		"--tls-private-key-file=" + pki("apiserver.key"),
-		"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"),
-		"--kubelet-client-key=" + pki("apiserver-kubelet-client.key"),
-		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
-		"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
-		"--service-account-key-file=" + pki("sa.pub"),
-		"--service-account-signing-key-file=" + pki("sa.key"),
-		"--audit-policy-file=" + pki("audit-policy.yaml"),
-		"--audit-log-path=" + c.AuditLog(),
-		"--audit-log-format=json",
-		"--audit-log-maxsize=200",
-		"--v=1",
-	}, nil)
+	_, err := c.startDaemon("kube-apiserver", filepath.Join(bin, "kube-apiserver"), c.apiServerArgs(), nil)
 	if err != nil {
 		return err
 	}
@@ -117,6 +90,53 @@ func (c *Config) startAPIServer(ctx context.Context, bin string) error {
 		}
 		return nil
 	})
+}
+
+// apiServerArgs is kube-apiserver's command line: kubeadm's (getAPIServerCommand in
+// cmd/kubeadm/app/phases/controlplane/manifests.go) for what the two share, with the
+// harness's addresses, etcd and audit log.
+func (c *Config) apiServerArgs() []string {
+	pki := func(f string) string { return c.path("pki", f) }
+	return []string{
+		"--etcd-servers=" + etcdClientURL,
+		// On the nodes' segment, where every node reaches it (and only this machine does).
+		"--bind-address=" + NodeIP,
+		"--secure-port=" + strconv.Itoa(APIServerPort),
+		// The endpoint of the kubernetes service: the address it listens on.
+		"--advertise-address=" + NodeIP,
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--enable-bootstrap-token-auth=true",
+		"--client-ca-file=" + pki("ca.crt"),
+		"--tls-cert-file=" + pki("apiserver.crt"),
+		"--tls-private-key-file=" + pki("apiserver.key"),
+		"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + pki("apiserver-kubelet-client.key"),
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+		// The aggregation layer's front proxy, with kubeadm's values: the client certificate
+		// the aggregator presents to extension apiservers, and what the apiserver publishes in
+		// the extension-apiserver-authentication ConfigMap for them to trust its X-Remote-*
+		// headers. Without it an extension apiserver takes the aggregator's requests as
+		// anonymous, and its APIService fails its discovery check with a 403. As in kubeadm,
+		// no --enable-aggregator-routing: the aggregator dials the Service's ClusterIP.
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--requestheader-client-ca-file=" + pki(frontProxyCA+".crt"),
+		"--requestheader-allowed-names=" + frontProxyClientName,
+		"--proxy-client-cert-file=" + pki(frontProxyClient+".crt"),
+		"--proxy-client-key-file=" + pki(frontProxyClient+".key"),
+		"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
+		"--service-account-key-file=" + pki("sa.pub"),
+		"--service-account-signing-key-file=" + pki("sa.key"),
+		"--audit-policy-file=" + pki("audit-policy.yaml"),
+		"--audit-log-path=" + c.AuditLog(),
+		"--audit-log-format=json",
+		"--audit-log-maxsize=200",
+		"--v=1",
+	}
 }
 
 // bootstrapRBAC creates what kubeadm creates for the identities the harness uses.
@@ -141,6 +161,19 @@ func (c *Config) bootstrapRBAC(ctx context.Context) error {
 }
 
 func (c *Config) startControllerManager(ctx context.Context, bin string) error {
+	_, err := c.startDaemon("kube-controller-manager", filepath.Join(bin, "kube-controller-manager"), c.controllerManagerArgs(), nil)
+	if err != nil {
+		return err
+	}
+	return c.waitReady(ctx, "kube-controller-manager", time.Minute, func(ctx context.Context) error {
+		return httpExpect(ctx, insecureLocalClient, "https://127.0.0.1:10257/healthz", "ok")
+	})
+}
+
+// controllerManagerArgs is kube-controller-manager's command line: kubeadm's
+// (getControllerManagerCommand), without leader election, with the signing duration of
+// Config.CertDuration.
+func (c *Config) controllerManagerArgs() []string {
 	pki := func(f string) string { return c.path("pki", f) }
 	kc := pki("controller-manager.conf")
 	args := []string{
@@ -149,6 +182,8 @@ func (c *Config) startControllerManager(ctx context.Context, bin string) error {
 		"--authorization-kubeconfig=" + kc,
 		"--bind-address=127.0.0.1",
 		"--client-ca-file=" + pki("ca.crt"),
+		// For its own secure port, as kubeadm has it: the front proxy's identities it trusts.
+		"--requestheader-client-ca-file=" + pki(frontProxyCA+".crt"),
 		"--cluster-signing-cert-file=" + pki("ca.crt"),
 		"--cluster-signing-key-file=" + pki("ca.key"),
 		"--root-ca-file=" + pki("ca.crt"),
@@ -166,13 +201,7 @@ func (c *Config) startControllerManager(ctx context.Context, bin string) error {
 		// No lower bound applies when a CSR asks for no duration, as the agent's do.
 		args = append(args, "--cluster-signing-duration="+c.CertDuration.String())
 	}
-	_, err := c.startDaemon("kube-controller-manager", filepath.Join(bin, "kube-controller-manager"), args, nil)
-	if err != nil {
-		return err
-	}
-	return c.waitReady(ctx, "kube-controller-manager", time.Minute, func(ctx context.Context) error {
-		return httpExpect(ctx, insecureLocalClient, "https://127.0.0.1:10257/healthz", "ok")
-	})
+	return args
 }
 
 func (c *Config) startScheduler(ctx context.Context, bin string) error {

@@ -19,7 +19,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// A certificate the harness issues from the cluster CA.
+// A certificate the harness issues from one of its CAs.
 type certSpec struct {
 	name   string // file stem under pki/
 	cn     string
@@ -29,6 +29,22 @@ type certSpec struct {
 	dns    []string
 	ips    []string
 }
+
+// The front-proxy CA and its one client certificate, named as kubeadm names them
+// (cmd/kubeadm/app/phases/certs/certlist.go). The apiserver trusts this CA alone for the
+// identities a front proxy asserts in X-Remote-* headers, and presents the client
+// certificate when its aggregator proxies a request to an extension apiserver, which
+// checks it against the CA and the allowed names it reads from the
+// extension-apiserver-authentication ConfigMap. A CA of its own, as in kubeadm, so that no
+// client certificate of the cluster CA can assert any user it likes.
+const (
+	frontProxyCA         = "front-proxy-ca"
+	frontProxyClient     = "front-proxy-client"
+	frontProxyClientName = "front-proxy-client" // its CN, the one --requestheader-allowed-names allows
+)
+
+// frontProxyCerts are the certificates the front-proxy CA issues.
+var frontProxyCerts = []certSpec{{name: frontProxyClient, cn: frontProxyClientName, client: true}}
 
 // clusterCerts are the identities of the harness, named as kubeadm names them.
 func (c *Config) clusterCerts() []certSpec {
@@ -61,63 +77,25 @@ var kubeconfigs = map[string]string{
 	"kube-proxy.conf":         "kube-proxy",
 }
 
-// writePKI generates a fresh CA, the certificates above, the service-account key pair and
-// the kubeconfigs under pki/.
+// writePKI generates fresh CAs (the cluster's and the front proxy's), the certificates
+// each issues, the service-account key pair and the kubeconfigs under pki/. Every file is
+// written whole again, so that a run after one cut short never mixes its keys with the
+// earlier run's.
 func (c *Config) writePKI() error {
 	dir := c.path("pki")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	now := time.Now().Add(-time.Hour)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "nodeagent-harness-ca"},
-		NotBefore:             now,
-		NotAfter:              now.AddDate(1, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	if err := writeCertKey(dir, "ca", caDER, caKey); err != nil {
-		return err
-	}
-	for i, spec := range c.clusterCerts() {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)),
-			Subject:      pkix.Name{CommonName: spec.cn, Organization: spec.orgs},
-			NotBefore:    now,
-			NotAfter:     now.AddDate(1, 0, 0),
-			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			DNSNames:     spec.dns,
-		}
-		for _, ip := range spec.ips {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-		}
-		if spec.server {
-			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-		}
-		if spec.client {
-			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return err
-		}
-		if err := writeCertKey(dir, spec.name, der, key); err != nil {
-			return err
+	for _, ca := range []struct {
+		name, cn string
+		certs    []certSpec
+	}{
+		{"ca", "nodeagent-harness-ca", c.clusterCerts()},
+		{frontProxyCA, frontProxyCA, frontProxyCerts},
+	} {
+		if err := writeCA(dir, ca.name, ca.cn, now, ca.certs); err != nil {
+			return fmt.Errorf("%s: %w", ca.name, err)
 		}
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -141,6 +119,66 @@ func (c *Config) writePKI() error {
 	}
 	for _, n := range c.Nodes()[1:] {
 		if err := c.writeKubeconfig(filepath.Join(dir, "kubelet-"+n.tag()+".conf"), "node-"+n.tag()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeCA generates a self-signed CA valid from notBefore for a year, writes it as
+// <name>.crt/.key under dir, and issues certs from it.
+func writeCA(dir, name, cn string, notBefore time.Time, certs []certSpec) error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             notBefore,
+		NotAfter:              notBefore.AddDate(1, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	if err := writeCertKey(dir, name, caDER, caKey); err != nil {
+		return err
+	}
+	for i, spec := range certs {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(int64(i + 2)),
+			Subject:      pkix.Name{CommonName: spec.cn, Organization: spec.orgs},
+			NotBefore:    notBefore,
+			NotAfter:     notBefore.AddDate(1, 0, 0),
+			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			DNSNames:     spec.dns,
+		}
+		for _, ip := range spec.ips {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+		}
+		if spec.server {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		}
+		if spec.client {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			return err
+		}
+		if err := writeCertKey(dir, spec.name, der, key); err != nil {
 			return err
 		}
 	}
