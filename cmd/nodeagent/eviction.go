@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeagent/nodeagent/pkg/eviction"
+	"github.com/nodeagent/nodeagent/pkg/poddir"
 )
 
 // evictionSettings are the configuration's eviction fields, as the
@@ -47,19 +50,38 @@ func newEvictionManager(cfg *agentConfig, deps evictionDeps) (*eviction.Manager,
 		return nil, err
 	}
 	return eviction.New(eviction.Config{
-		Thresholds:               thresholds,
-		PressureTransitionPeriod: kc.EvictionPressureTransitionPeriod.Duration,
-		MaxPodGracePeriodSeconds: int64(kc.EvictionMaxPodGracePeriod),
-		Stats:                    deps.stats,
-		Pods:                     deps.pods,
-		ImageGC:                  deps.images,
-		ContainerGC:              deps.containers,
-		Disks:                    diskLayout{rootDir: cfg.rootDir, imageFsInfo: deps.imageFsInfo},
-		Recorder:                 deps.recorder,
-		Node:                     &v1.ObjectReference{Kind: "Node", Name: cfg.nodeName, UID: types.UID(cfg.nodeName)},
-		Pressure:                 deps.pressure,
-		Clock:                    clock.RealClock{},
+		Thresholds:                    thresholds,
+		PressureTransitionPeriod:      kc.EvictionPressureTransitionPeriod.Duration,
+		MaxPodGracePeriodSeconds:      int64(kc.EvictionMaxPodGracePeriod),
+		LocalStorageCapacityIsolation: kc.LocalStorageCapacityIsolation != nil && *kc.LocalStorageCapacityIsolation,
+		Stats:                         deps.stats,
+		Pods:                          reclaimedPods{Pods: deps.pods, layout: poddir.New(cfg.rootDir)},
+		ImageGC:                       deps.images,
+		ContainerGC:                   deps.containers,
+		Disks:                         diskLayout{rootDir: cfg.rootDir, imageFsInfo: deps.imageFsInfo},
+		Recorder:                      deps.recorder,
+		Node:                          &v1.ObjectReference{Kind: "Node", Name: cfg.nodeName, UID: types.UID(cfg.nodeName)},
+		Pressure:                      deps.pressure,
+		Clock:                         clock.RealClock{},
 	})
+}
+
+// reclaimedPods holds an evicted pod as ended once its containers have
+// stopped and its volumes are gone with its directory, as the kubelet
+// waits for an evicted pod's resources to be reclaimed before it looks
+// again: until then an emptyDir's data still fills the disk, and the next
+// look would evict another pod for it.
+type reclaimedPods struct {
+	eviction.Pods
+	layout poddir.Layout
+}
+
+func (p reclaimedPods) PodEnded(uid types.UID) bool {
+	if !p.Pods.PodEnded(uid) {
+		return false
+	}
+	_, err := os.Lstat(p.layout.Pod(uid).Dir())
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // diskLayout finds where the runtime keeps images and writable layers,

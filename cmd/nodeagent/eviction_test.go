@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"os"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodeagent/nodeagent/pkg/eviction"
+	"github.com/nodeagent/nodeagent/pkg/poddir"
 )
 
 func TestDiskLayoutOnOneFilesystem(t *testing.T) {
@@ -61,5 +64,29 @@ func TestEvictionSettingsFromTheConfiguration(t *testing.T) {
 	full.EvictionSoftGracePeriod = kc.EvictionSoftGracePeriod
 	if err := validateKubeletConfig(full); err != nil {
 		t.Errorf("with its grace period: %v", err)
+	}
+}
+
+// endedPods says every pod has stopped.
+type endedPods struct{ eviction.Pods }
+
+func (endedPods) PodEnded(types.UID) bool { return true }
+
+func TestAnEvictedPodEndsOnceItsDirectoryIsGone(t *testing.T) {
+	layout := poddir.New(t.TempDir())
+	const uid = types.UID("0e2e1a4c-3f5d-4c8e-9f1a-2b3c4d5e6f70")
+	dir := layout.Pod(uid).VolumeDir("kubernetes.io/empty-dir", "scratch")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := reclaimedPods{Pods: endedPods{}, layout: layout}
+	if p.PodEnded(uid) {
+		t.Error("ended while its emptyDir is still on disk")
+	}
+	if err := os.RemoveAll(layout.Pod(uid).Dir()); err != nil {
+		t.Fatal(err)
+	}
+	if !p.PodEnded(uid) {
+		t.Error("not ended once its containers stopped and its directory went")
 	}
 }

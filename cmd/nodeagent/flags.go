@@ -36,6 +36,13 @@ type flags struct {
 	// imageGCPeriod is the hidden --image-gc-period: the end-to-end tests
 	// shorten the kubelet's fixed five minutes with it.
 	imageGCPeriod time.Duration
+	// createStartDelay is the hidden --create-start-delay: the end-to-end
+	// tests kill the agent between a container's create and its start.
+	createStartDelay time.Duration
+	// lockFile and exitOnLockContention are the kubelet's --lock-file and
+	// --exit-on-lock-contention (lock.go).
+	lockFile             string
+	exitOnLockContention bool
 
 	// The agent's own pod network (pkg/podnet), off by default.
 	podNetwork       string
@@ -55,7 +62,7 @@ type flags struct {
 // given yields one warning. Most mirror a config field: set it there.
 var unsupportedBoolFlags = []string{
 	"anonymous-auth", "authentication-token-webhook", "cgroups-per-qos", "contention-profiling", "cpu-cfs-quota",
-	"enable-controller-attach-detach", "enable-debugging-handlers", "enable-server", "exit-on-lock-contention",
+	"enable-controller-attach-detach", "enable-debugging-handlers", "enable-server",
 	"experimental-allocatable-ignore-eviction", "fail-cgroupv1", "fail-swap-on", "kernel-memcg-notification",
 	"local-storage-capacity-isolation", "make-iptables-util-chains", "protect-kernel-defaults", "register-node",
 	"rotate-certificates", "rotate-server-certificates", "runonce", "seccomp-default", "serialize-image-pulls",
@@ -73,7 +80,7 @@ var unsupportedValueFlags = []string{
 	"healthz-bind-address", "healthz-port", "housekeeping-interval", "http-check-frequency",
 	"image-credential-provider-bin-dir", "image-credential-provider-config", "image-gc-high-threshold",
 	"image-gc-low-threshold", "image-service-endpoint", "kube-api-burst", "kube-api-content-type", "kube-api-qps",
-	"kube-reserved", "kube-reserved-cgroup", "kubelet-cgroups", "lock-file", "log-flush-frequency",
+	"kube-reserved", "kube-reserved-cgroup", "kubelet-cgroups", "log-flush-frequency",
 	"log-json-info-buffer-size", "log-text-info-buffer-size", "logging-format", "manifest-url", "manifest-url-header",
 	"max-open-files", "max-pods", "maximum-dead-containers", "maximum-dead-containers-per-container",
 	"memory-manager-policy", "minimum-container-ttl-duration", "minimum-image-ttl-duration", "node-status-max-images",
@@ -109,9 +116,13 @@ func newFlags(klogFlags *flag.FlagSet) *flags {
 	fs.StringVar(&f.cniConfDir, "cni-conf-dir", defaultCNIConfDir, "The runtime's CNI configuration directory, where --pod-network=bridge writes "+podnet.ConflistName+".")
 	fs.StringVar(&f.podNetworkBridge, "pod-network-bridge", defaultPodNetworkBridge, "Bridge device of --pod-network=bridge.")
 	fs.StringVar(&f.clusterCIDR, "cluster-cidr", "", "The cluster's pod range(s), comma-separated, one per IP family (the controller-manager's --cluster-cidr); required with --pod-network=bridge: pod traffic to anywhere else is masqueraded.")
+	fs.StringVar(&f.lockFile, "lock-file", "", "A file to hold an flock on while the agent runs, waited for when another process holds it (the agent also always locks <root-dir>/"+rootLockName+", and refuses to start when another agent holds that).")
+	fs.BoolVar(&f.exitOnLockContention, "exit-on-lock-contention", false, "Stop when another process opens --lock-file: the next agent, which waits for the lock, takes over.")
 	fs.Lookup("version").NoOptDefVal = "true"
 	fs.DurationVar(&f.imageGCPeriod, "image-gc-period", imagegc.DefaultPeriod, "How often image garbage collection runs; the kubelet's is fixed. For tests.")
 	_ = fs.MarkHidden("image-gc-period")
+	fs.DurationVar(&f.createStartDelay, "create-start-delay", 0, "Wait this long between creating a container and starting it: a window to kill the agent in. For tests.")
+	_ = fs.MarkHidden("create-start-delay")
 
 	for _, name := range []string{"v", "vmodule"} {
 		if gf := klogFlags.Lookup(name); gf != nil {

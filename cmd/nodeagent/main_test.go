@@ -127,6 +127,7 @@ func TestBuildConfigErrors(t *testing.T) {
 		{name: "bad config-mirror flag", extra: []string{"--max-pods=many"}, want: "--max-pods"},
 		{name: "config-mirror flag fails validation", extra: []string{"--max-pods=-1"}, want: "maxPods"},
 		{name: "image GC period", extra: []string{"--image-gc-period=0s"}, want: "--image-gc-period"},
+		{name: "exit on lock contention without a lock file", extra: []string{"--exit-on-lock-contention"}, want: "no --lock-file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

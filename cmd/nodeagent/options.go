@@ -41,6 +41,14 @@ type agentConfig struct {
 	// imageGCPeriod is how often image GC runs (the hidden
 	// --image-gc-period).
 	imageGCPeriod time.Duration
+	// createStartDelay holds containers between create and start (the
+	// hidden --create-start-delay, for tests).
+	createStartDelay time.Duration
+	// lockFile (--lock-file) is held while the agent runs, besides the
+	// root dir's own lock; with exitOnLockContention the agent stops when
+	// another process opens it.
+	lockFile             string
+	exitOnLockContention bool
 
 	evictionHard   map[string]node.Threshold
 	kubeReserved   v1.ResourceList
@@ -116,6 +124,14 @@ func buildConfig(f *flags) (*agentConfig, []string, error) {
 		return nil, warnings, fmt.Errorf("--image-gc-period: must be > 0, got %v", f.imageGCPeriod)
 	}
 	cfg.imageGCPeriod = f.imageGCPeriod
+	if f.exitOnLockContention && f.lockFile == "" {
+		return nil, warnings, errors.New("--exit-on-lock-contention: cannot exit on lock file contention: no --lock-file given")
+	}
+	cfg.lockFile, cfg.exitOnLockContention = f.lockFile, f.exitOnLockContention
+	if f.createStartDelay < 0 {
+		return nil, warnings, fmt.Errorf("--create-start-delay: must not be negative, got %v", f.createStartDelay)
+	}
+	cfg.createStartDelay = f.createStartDelay
 	cfg.certDir = f.certDir
 	if cfg.certDir == "" {
 		cfg.certDir = filepath.Join(cfg.rootDir, "pki")

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
@@ -36,13 +35,6 @@ func newEventRecorder(ctx context.Context, client kubernetes.Interface, nodeName
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: eventComponent, Host: nodeName}), b.Shutdown
-}
-
-// secretGetter reads image pull secrets from the apiserver.
-type secretGetter struct{ client kubernetes.Interface }
-
-func (s secretGetter) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
-	return s.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // podOptions turns the configuration into the settings of every pod sandbox.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/metrics"
 	"github.com/nodeagent/nodeagent/pkg/mirror"
 	"github.com/nodeagent/nodeagent/pkg/node"
+	"github.com/nodeagent/nodeagent/pkg/objcache"
 	"github.com/nodeagent/nodeagent/pkg/pleg"
 	"github.com/nodeagent/nodeagent/pkg/probe"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
@@ -53,13 +53,17 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	logger.Info("Starting nodeagent", "version", cfg.version, "node", cfg.nodeName,
 		"containerRuntimeEndpoint", kc.ContainerRuntimeEndpoint, "rootDir", cfg.rootDir)
 
+	// Before anything reads or writes the root dir or the runtime: one
+	// agent per root dir (lock.go). This creates the root dir.
+	ctx, locks, err := takeLocks(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
 	if err := checkSwap(procSwaps, kc.FailSwapOn != nil && *kc.FailSwapOn); err != nil {
 		return err
 	}
 	started := time.Now()
-	if err := os.MkdirAll(cfg.rootDir, 0o750); err != nil {
-		return fmt.Errorf("create root dir: %w", err)
-	}
 	// One registry for the agent's own metrics; client-go's hooks are
 	// process-wide and set once, before the first client is made.
 	agentMetrics := metrics.New()
@@ -156,9 +160,16 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	csiNode := newCSINode(client, cfg.nodeName, cfg.rootDir)
+	// The configMaps and secrets pods reference are watched, one object
+	// each, rather than read from the apiserver at every volume refresh.
+	objects, err := objcache.New(objcache.Config{Client: client})
+	if err != nil {
+		return err
+	}
 	volumes, err = volume.NewManager(volume.Config{
 		RootDir:     cfg.rootDir,
 		Client:      client,
+		Objects:     objects,
 		NodeName:    types.NodeName(cfg.nodeName),
 		Allocatable: nodeCtrl.Allocatable,
 		CSIDrivers:  csiNode.registry,
@@ -190,7 +201,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	env, envInformers := newEnvSource(client)
+	env, envInformers := newEnvSource(client, objects)
 	// The RuntimeClasses pods name are watched through the same factory.
 	runtimeClasses := newRuntimeClasses(envInformers)
 	var cg podsync.PodCgroups
@@ -209,8 +220,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Relister:              podEvents,
 		Status:                statusMgr,
 		Recorder:              recorder,
-		Secrets:               secretGetter{client: client},
-		Volumes:               volumes,
+		Secrets:               objects,
+		Volumes:               registeringVolumes{Manager: volumes, objects: objects},
 		Env:                   env,
 		RuntimeClasses:        runtimeClasses,
 		Allocatable:           nodeCtrl.Allocatable,
@@ -228,6 +239,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Known:                 func() []runtime.PodRef { return knownPods(ctx, podEvents.Cache().UIDs(), volumes, podCgroups) },
 		SourceSynced:          func() bool { return source.HasSynced() && staticPods.HasSynced() },
 		MaxRestartBackoff:     maxRestartBackoff(kc),
+		CreateStartDelay:      cfg.createStartDelay,
 		MaxParallelImagePulls: maxParallelImagePulls(kc),
 		Metrics:               agentMetrics,
 	})
@@ -364,6 +376,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return staticPods.Run(gctx) })
 	g.Go(func() error { return mirrors.Run(gctx) })
 	g.Go(func() error { return csiNode.Run(gctx) })
+	g.Go(func() error { return objects.Run(gctx) })
 	if podNetwork != nil {
 		g.Go(func() error { return podNetwork(gctx) })
 	}

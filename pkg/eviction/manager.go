@@ -7,6 +7,11 @@
 // images: disk signals only), then evicts one pod, in the kubelet's
 // order, and waits for it to end before looking again.
 //
+// Before the thresholds, every pass evicts the pods that use more local
+// storage than their own limits allow (localStorageCapacityIsolation):
+// an emptyDir past its sizeLimit, a container or the pod past its
+// ephemeral-storage limit.
+//
 // The conditions are published through a Pressure, which the node status
 // and admission read; evictions go through Pods (the pod workers), which
 // end the pod as Failed with reason Evicted.
@@ -67,7 +72,8 @@ type Pods interface {
 	// and its final status is Failed with reason and message. It returns
 	// at once; an error says the pod was not evicted (it is not running).
 	Evict(uid types.UID, reason, message string, grace int64) error
-	// PodEnded says whether the pod has stopped (or is gone).
+	// PodEnded says whether the pod has stopped and freed what it held
+	// (its volumes, its cgroup), or is gone.
 	PodEnded(uid types.UID) bool
 }
 
@@ -108,6 +114,11 @@ type Config struct {
 	MaxPodGracePeriodSeconds int64
 	// Interval is how often Run looks; zero is DefaultInterval.
 	Interval time.Duration
+	// LocalStorageCapacityIsolation evicts, on every pass, the pods over
+	// their emptyDir sizeLimits and ephemeral-storage limits
+	// (localStorageCapacityIsolation, on by the kubelet's default), with
+	// or without thresholds.
+	LocalStorageCapacityIsolation bool
 
 	// Stats, Pods, Disks and Recorder are required; ImageGC and
 	// ContainerGC are optional (nothing is reclaimed without them).
@@ -168,7 +179,7 @@ func New(cfg Config) (*Manager, error) {
 func (m *Manager) Pressure() *Pressure { return m.cfg.Pressure }
 
 // Run looks every interval until ctx ends; after an eviction it waits for
-// the pod to end and looks again at once.
+// the pods to end and looks again at once.
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("eviction")
 	ctx = klog.NewContext(ctx, logger)
@@ -177,7 +188,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			logger.Error(err, "Eviction manager pass failed")
 		}
-		if evicted != nil {
+		if len(evicted) > 0 {
 			m.waitForEnd(ctx, evicted)
 			if ctx.Err() != nil {
 				return nil
@@ -192,8 +203,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
-// waitForEnd waits, a while at most, for an evicted pod to have stopped.
-func (m *Manager) waitForEnd(ctx context.Context, pod *v1.Pod) {
+// waitForEnd waits, a while at most, for the evicted pods to have stopped.
+func (m *Manager) waitForEnd(ctx context.Context, pods []*v1.Pod) {
 	logger := klog.FromContext(ctx)
 	timeout := m.cfg.Clock.NewTimer(cleanupTimeout)
 	defer timeout.Stop()
@@ -204,23 +215,24 @@ func (m *Manager) waitForEnd(ctx context.Context, pod *v1.Pod) {
 		case <-ctx.Done():
 			return
 		case <-timeout.C():
-			logger.Info("Timed out waiting for an evicted pod to end", "pod", klog.KObj(pod))
+			logger.Info("Timed out waiting for evicted pods to end", "pods", klog.KObjSlice(pods))
 			return
 		case <-tick.C():
-			if m.cfg.Pods.PodEnded(pod.UID) {
-				logger.V(2).Info("Evicted pod ended", "pod", klog.KObj(pod))
+			pods = slices.DeleteFunc(pods, func(p *v1.Pod) bool { return m.cfg.Pods.PodEnded(p.UID) })
+			if len(pods) == 0 {
+				logger.V(2).Info("Evicted pods ended")
 				return
 			}
 		}
 	}
 }
 
-// synchronize is one look: measure, decide, publish the conditions, and
-// reclaim for the most urgent threshold met. It returns the pod it
-// evicted, if any.
-func (m *Manager) synchronize(ctx context.Context) (*v1.Pod, error) {
+// synchronize is one look: measure, decide, publish the conditions, evict
+// the pods over their local storage limits, or else reclaim for the most
+// urgent threshold met. It returns the pods it evicted.
+func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 	logger := klog.FromContext(ctx)
-	if len(m.cfg.Thresholds) == 0 {
+	if len(m.cfg.Thresholds) == 0 && !m.cfg.LocalStorageCapacityIsolation {
 		return nil, nil
 	}
 	if m.layout == nil {
@@ -249,6 +261,18 @@ func (m *Manager) synchronize(ctx context.Context) (*v1.Pod, error) {
 	if len(v.next.conditions) > 0 {
 		logger.V(3).Info("Node under pressure", "conditions", v.next.conditions)
 	}
+	usage := usageOf(summary.Pods)
+	if m.cfg.LocalStorageCapacityIsolation {
+		var evicted []*v1.Pod
+		for _, b := range overLimits(pods, usage, m.layout.DedicatedImageFs) {
+			if m.evict(ctx, b.pod, b.message, nil, hardGracePeriod) {
+				evicted = append(evicted, b.pod)
+			}
+		}
+		if len(evicted) > 0 {
+			return evicted, nil
+		}
+	}
 	if len(v.act) == 0 {
 		return nil, nil
 	}
@@ -271,14 +295,9 @@ func (m *Manager) synchronize(ctx context.Context) (*v1.Pod, error) {
 		return nil, nil
 	}
 	pods = slices.Clone(pods)
-	usage := usageOf(summary.Pods)
 	rank(pods, usage)
 	logger.Info("Must evict a pod to reclaim", "resourceName", res, "pods", klog.KObjSlice(pods))
 	for _, pod := range pods {
-		if admission.IsCritical(pod) {
-			logger.Info("Cannot evict a critical pod", "pod", klog.KObj(pod))
-			continue
-		}
 		grace := int64(hardGracePeriod)
 		if !t.Hard() {
 			grace = m.cfg.MaxPodGracePeriodSeconds
@@ -287,16 +306,31 @@ func (m *Manager) synchronize(ctx context.Context) (*v1.Pod, error) {
 			}
 		}
 		msg, annotations := evictionMessage(res, pod, usage, v.act, obs)
-		if err := m.cfg.Pods.Evict(pod.UID, Reason, msg, grace); err != nil {
-			logger.Info("Could not evict a pod", "pod", klog.KObj(pod), "err", err.Error())
-			continue
+		if m.evict(ctx, pod, msg, annotations, grace) {
+			return []*v1.Pod{pod}, nil
 		}
-		m.cfg.Recorder.AnnotatedEventf(pod, annotations, v1.EventTypeWarning, Reason, "%s", msg)
-		logger.Info("Evicting pod", "pod", klog.KObj(pod), "podUID", pod.UID, "gracePeriod", grace, "message", msg)
-		return pod, nil
 	}
 	logger.Info("Unable to evict any pod from the node", "resourceName", res)
 	return nil, nil
+}
+
+// evict ends the pod as Evicted with msg, its containers stopped within
+// grace seconds, and records the event; it says whether the pod goes.
+// Critical pods are never evicted, as in the kubelet: a static pod would
+// not be admitted again.
+func (m *Manager) evict(ctx context.Context, pod *v1.Pod, msg string, annotations map[string]string, grace int64) bool {
+	logger := klog.FromContext(ctx)
+	if admission.IsCritical(pod) {
+		logger.Info("Cannot evict a critical pod", "pod", klog.KObj(pod), "message", msg)
+		return false
+	}
+	if err := m.cfg.Pods.Evict(pod.UID, Reason, msg, grace); err != nil {
+		logger.Info("Could not evict a pod", "pod", klog.KObj(pod), "err", err.Error())
+		return false
+	}
+	m.cfg.Recorder.AnnotatedEventf(pod, annotations, v1.EventTypeWarning, Reason, "%s", msg)
+	logger.Info("Evicting pod", "pod", klog.KObj(pod), "podUID", pod.UID, "gracePeriod", grace, "message", msg)
+	return true
 }
 
 // setLayout fixes what depends on where the runtime keeps its data.

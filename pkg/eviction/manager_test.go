@@ -42,13 +42,28 @@ func newFixture(t *testing.T, thresholds []Threshold, layout DiskLayout, mut ...
 	return f
 }
 
+// sync is one pass that evicts one pod at most, which it returns.
 func (f *fixture) sync(t *testing.T) *v1.Pod {
 	t.Helper()
-	p, err := f.m.synchronize(context.Background())
+	pods := f.syncAll(t)
+	switch len(pods) {
+	case 0:
+		return nil
+	case 1:
+		return pods[0]
+	}
+	t.Fatalf("one pass evicted %d pods: %s", len(pods), names(pods))
+	return nil
+}
+
+// syncAll is one pass; it returns the pods evicted.
+func (f *fixture) syncAll(t *testing.T) []*v1.Pod {
+	t.Helper()
+	pods, err := f.m.synchronize(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return pods
 }
 
 func nodefsHard(pct float64) Threshold {

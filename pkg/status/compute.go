@@ -178,9 +178,7 @@ func containerStatus(c *v1.Container, kind containerKind, defaultWaiting string,
 		if u := latest.User; u != nil {
 			cs.User = &v1.ContainerUser{Linux: &v1.LinuxContainerUser{UID: u.UID, GID: u.GID, SupplementalGroups: u.SupplementalGroups}}
 		}
-		if len(seen) > 1 {
-			cs.LastTerminationState = containerState(seen[1], in.RuntimeName)
-		}
+		cs.LastTerminationState = lastTermination(seen[1:], in.RuntimeName)
 		switch {
 		case kind == ephemeralKind:
 			// Neither started nor ready: the kubelet's prober never
@@ -206,6 +204,25 @@ func containerStatus(c *v1.Container, kind containerKind, defaultWaiting string,
 		cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}}
 	}
 	return cs
+}
+
+// lastTermination is how the container before the latest ended, from
+// older, newest first. Containers created and never started are passed
+// over (one a killed agent left behind, or whose start failed), and only a
+// container that ran and ended counts: the kubelet would show such a
+// leftover as a last state waiting in ContainerCreating, which no
+// container ever ended in.
+func lastTermination(older []*runtime.ContainerStatus, runtimeName string) v1.ContainerState {
+	for _, o := range older {
+		if o.State == runtime.ContainerCreated {
+			continue
+		}
+		if o.State == runtime.ContainerExited || o.State == runtime.ContainerUnknown {
+			return containerState(o, runtimeName)
+		}
+		break
+	}
+	return v1.ContainerState{}
 }
 
 // unknownTerminated is the state of a container that never ended as far as the

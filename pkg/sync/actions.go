@@ -35,6 +35,10 @@ type podActions struct {
 	// the ones started now replace. Dead containers past those worth
 	// keeping are pkg/gc's to remove, with their log files.
 	ContainersToRemove []string
+	// ContainersToStartExisting are containers (by ID) of any kind that an
+	// agent killed between create and start left created: each is started
+	// as it is, in place of a new one (see leftover).
+	ContainersToStartExisting []string
 	// SidecarsToStart are indexes into spec.initContainers of sidecars
 	// (restartable init containers) that ran and stopped: they are
 	// started again whatever the pod's restart policy.
@@ -59,9 +63,10 @@ type podActions struct {
 }
 
 // computePodActions decides what to do with a pod given what the runtime
-// shows of it and what the probes say of its running containers. It is
+// shows of it, what the probes say of its running containers, and which
+// containers this agent failed to start (by ID; see leftover). It is
 // pure: the same inputs always yield the same plan.
-func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeResults) podActions {
+func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeResults, failedStarts map[string]bool) podActions {
 	a := podActions{NextInit: -1}
 	sb := observed.LatestSandbox()
 	sandboxOK := sb != nil && sb.Ready && readySandboxes(observed) == 1
@@ -90,7 +95,7 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 	}
 	a.SandboxID = sb.ID
 
-	ia := initActions(pod, observed, sb.ID, probes)
+	ia := initActions(pod, observed, sb.ID, probes, failedStarts)
 	if ia.failed {
 		a.KillPod, a.Done = true, true
 		return a
@@ -99,7 +104,9 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 	a.ContainersToRemove = append(a.ContainersToRemove, ia.stale...)
 	// Ephemeral containers are for debugging: they start whether or not
 	// the pod has initialized, and they never keep it running.
-	a.EphemeralToStart = ephemeralToStart(pod, observed)
+	var ephemeralLeft []string
+	a.EphemeralToStart, ephemeralLeft = ephemeralToStart(pod, observed, sb.ID, failedStarts)
+	a.ContainersToStartExisting = append(append([]string(nil), ephemeralLeft...), ia.existing...)
 	if !ia.done {
 		a.NextInit = ia.next
 		return a
@@ -121,12 +128,15 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 			if k, failed := failedProbe(pod, &pod.Spec.Containers[i], c, false, probes); failed {
 				a.ProbeKills = append(a.ProbeKills, k)
 			}
+		case leftover(c, &pod.Spec.Containers[i], failedStarts):
+			anyToStart = true
+			a.ContainersToStartExisting = append(a.ContainersToStartExisting, c.ID)
 		case shouldRestart(pod, c):
 			anyToStart = true
 			a.ContainersToStart = append(a.ContainersToStart, i)
 			if c.State == runtime.ContainerCreated {
-				// Never started (an agent killed between create and
-				// start, or a failed start): its successor replaces it.
+				// Never started, and not to be (a failed start, or made
+				// from an older spec): its successor replaces it.
 				a.ContainersToRemove = append(a.ContainersToRemove, c.ID)
 			}
 		}
@@ -134,21 +144,40 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 	if !anyRunning && !anyToStart {
 		// Running ephemeral containers do not keep the pod: they stop
 		// with it, and none starts in it any more.
-		a.Done, a.KillPod, a.EphemeralToStart = true, true, nil
+		a.Done, a.KillPod, a.EphemeralToStart, a.ContainersToStartExisting = true, true, nil, ia.existing
 	}
 	return a
 }
 
+// leftover says whether c, the newest container of spec in the pod's
+// current sandbox, is one that an agent killed between create and start
+// left behind, to be started as it is rather than replaced: it never
+// started, it was made from the spec as it is now, and this agent has
+// not already failed to start it. Its inputs (environment, mounts, the
+// restart count on its annotations) were settled when it was made, as
+// they would have been had the start followed at once.
+func leftover(c *runtime.ContainerStatus, spec *v1.Container, failedStarts map[string]bool) bool {
+	return c.State == runtime.ContainerCreated && c.StartedAt.IsZero() &&
+		c.Hash != "" && c.Hash == runtime.ContainerHash(spec) && !failedStarts[c.ID]
+}
+
 // ephemeralToStart lists the ephemeral containers that never ran: one that
-// exists in the runtime, in whatever state, has had its one run.
-func ephemeralToStart(pod *v1.Pod, observed *runtime.PodStatus) []int {
-	var out []int
+// exists in the runtime, in whatever state, has had its one run, unless
+// it is a leftover in the current sandbox, returned by ID to be started.
+func ephemeralToStart(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, failedStarts map[string]bool) ([]int, []string) {
+	var start []int
+	var existing []string
 	for i := range pod.Spec.EphemeralContainers {
-		if len(observed.ContainersNamed(pod.Spec.EphemeralContainers[i].Name)) == 0 {
-			out = append(out, i)
+		spec := (*v1.Container)(&pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		seen := observed.ContainersNamed(spec.Name)
+		switch {
+		case len(seen) == 0:
+			start = append(start, i)
+		case seen[0].Ephemeral && seen[0].SandboxID == sandboxID && leftover(seen[0], spec, failedStarts):
+			existing = append(existing, seen[0].ID)
 		}
 	}
-	return out
+	return start, existing
 }
 
 // initPlan is what the init containers call for.
@@ -161,8 +190,8 @@ type initPlan struct {
 	kills    []probeKill
 	changed  []string
 	// stale are init containers created but never started, replaced by
-	// the one that starts next.
-	stale []string
+	// the one that starts next; existing are leftovers to start instead.
+	stale, existing []string
 	// done: every init container has done its part (regular ones
 	// succeeded, sidecars started); failed: one failed for good
 	// (restartPolicy Never).
@@ -175,7 +204,7 @@ type initPlan struct {
 // running beside what follows: started again when it stops, killed when a
 // probe fails. Once something later has started, an init container's
 // part is done for good, and only sidecars still need care.
-func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, probes probeResults) initPlan {
+func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, probes probeResults, failedStarts map[string]bool) initPlan {
 	p := initPlan{next: -1}
 	inits := pod.Spec.InitContainers
 	// startedAfter[i]: some init container after i, or an app container,
@@ -207,6 +236,9 @@ func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, pro
 			case pod.Spec.RestartPolicy == v1.RestartPolicyNever && c.State == runtime.ContainerExited:
 				p.failed = true
 				return p
+			case leftover(c, spec, failedStarts):
+				p.existing = append(p.existing, c.ID)
+				return p
 			default:
 				p.next = i
 				if c.State == runtime.ContainerCreated {
@@ -229,8 +261,16 @@ func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, pro
 				// Not started until its startup probe says so.
 				return p
 			}
+		case leftover(c, spec, failedStarts):
+			p.existing = append(p.existing, c.ID)
+			if !startedAfter[i] {
+				return p
+			}
 		default:
 			p.sidecars = append(p.sidecars, i)
+			if c.State == runtime.ContainerCreated {
+				p.stale = append(p.stale, c.ID)
+			}
 			if !startedAfter[i] {
 				return p
 			}

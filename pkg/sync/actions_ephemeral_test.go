@@ -69,7 +69,7 @@ func TestComputePodActionsEphemeral(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := computePodActions(tt.pod, tt.observed, nil)
+			got := computePodActions(tt.pod, tt.observed, nil, nil)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("computePodActions:\n got %+v\nwant %+v", got, tt.want)
 			}

@@ -131,7 +131,7 @@ func TestComputePodActions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := computePodActions(tt.pod, tt.observed, nil)
+			got := computePodActions(tt.pod, tt.observed, nil, nil)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("computePodActions:\n got %+v\nwant %+v", got, tt.want)
 			}
@@ -228,7 +228,7 @@ func TestComputePodActionsProbesAndSidecars(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := computePodActions(tt.pod, tt.observed, tt.probes)
+			got := computePodActions(tt.pod, tt.observed, tt.probes, nil)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("computePodActions:\n got %+v\nwant %+v", got, tt.want)
 			}

@@ -76,6 +76,10 @@ type podState struct {
 	finalWritten, confirmed bool
 	// released: the volumes and cgroup of the ended pod are gone.
 	released bool
+	// failedStarts are the containers (by ID) whose start failed under
+	// this agent: a container left created is then replaced, not taken
+	// for the leftover of an agent killed before it could start it.
+	failedStarts map[string]bool
 }
 
 // input is what decide knows of the pod now.
@@ -173,6 +177,9 @@ type outcome struct {
 	next time.Duration
 	// resizeErr stopped the in-place resize of a container.
 	resizeErr error
+	// startsFailed are the containers (by ID) that were created, or
+	// found created, and then failed to start.
+	startsFailed []string
 }
 
 // decide returns the next step for the pod. It is pure.
@@ -253,7 +260,7 @@ const (
 // less the containers their restart back-off holds back.
 func syncStep(st *podState, in input) step {
 	pod := in.pod
-	plan := computePodActions(pod, in.observed, in.probes)
+	plan := computePodActions(pod, in.observed, in.probes, st.failedStarts)
 	if plan.Done {
 		return step{kind: stepStop, begin: &ending{}, grace: gracePeriod(pod)}
 	}
@@ -379,6 +386,7 @@ func advance(st podState, s step, o outcome, now time.Time) podState {
 		if o.sandboxFailed {
 			st.sandboxRetry = now.Add(sandboxBackoff)
 		}
+		st.failedStarts = nextFailedStarts(st.failedStarts, s.plan.ContainersToRemove, o.startsFailed)
 	case stepStop:
 		if s.begin != nil {
 			st.phase, st.end = phaseTerminating, *s.begin
@@ -400,6 +408,28 @@ func advance(st podState, s step, o outcome, now time.Time) podState {
 		st.confirmed = true
 	}
 	return st
+}
+
+// nextFailedStarts adds the containers that failed to start to failed,
+// less those removed: the set lasts as long as the containers it names.
+func nextFailedStarts(failed map[string]bool, removed, startsFailed []string) map[string]bool {
+	if len(startsFailed) == 0 && len(failed) == 0 {
+		return failed
+	}
+	out := maps.Clone(failed)
+	if out == nil {
+		out = map[string]bool{}
+	}
+	for _, id := range removed {
+		delete(out, id)
+	}
+	for _, id := range startsFailed {
+		out[id] = true
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func isTerminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }

@@ -138,6 +138,7 @@ type settings struct {
 	nodeIPs                                  []string
 	runtimeName, hostsFile                   string
 	resync, volumeRefresh, maxRestartBackoff time.Duration
+	createStartDelay                         time.Duration
 }
 
 // pullSlots bound how many image pulls run at once across all pods.

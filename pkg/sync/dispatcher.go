@@ -93,6 +93,10 @@ type Config struct {
 	// MaxRestartBackoff caps the crash-loop back-off
 	// (crashLoopBackOff.maxContainerRestartPeriod); zero means 5 min.
 	MaxRestartBackoff time.Duration
+	// CreateStartDelay holds every container this long between its
+	// creation and its start: the end-to-end tests open the window in
+	// which an agent killed leaves a container created. Zero in use.
+	CreateStartDelay time.Duration
 	// Known lists the pods the runtime holds anything of.
 	Known func() []runtime.PodRef
 	// SourceSynced reports whether the pod source has listed every pod
@@ -201,6 +205,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 			podOptions: cfg.PodOptions, resources: cfg.Resources, runtimeHandler: cfg.RuntimeHandler,
 			rootDir: cfg.RootDir, nodeIPs: cfg.NodeIPs, runtimeName: cfg.RuntimeName, hostsFile: cfg.HostsFile,
 			resync: cfg.ResyncPeriod, volumeRefresh: cfg.VolumeRefreshPeriod, maxRestartBackoff: cfg.MaxRestartBackoff,
+			createStartDelay: cfg.CreateStartDelay,
 		},
 	}
 	return d, nil

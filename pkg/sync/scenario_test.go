@@ -35,6 +35,8 @@ import (
 //	decide                                     print the next step, change nothing
 //	step [pull-failed=IMAGE] [cancelled] [fail] carry the next step out, print it and the state
 //	     [sandbox-failed]                      (the runtime refuses the sandbox)
+//	     [start-failed]                        (starts of containers left created fail)
+//	restart-agent                              a new agent: what the worker kept is lost
 //	status                                     print the status computed now
 //
 // go test ./pkg/sync -run TestScenarios -update rewrites the outputs.
@@ -193,6 +195,8 @@ func (sc *scenario) run(line string) ([]string, error) {
 		}
 	case "remove":
 		sc.removed = true
+	case "restart-agent":
+		sc.state = podState{}
 	case "decide":
 		s := decide(&sc.state, sc.input())
 		return []string{describe(s)}, nil
@@ -356,6 +360,24 @@ func (sc *scenario) carryOut(s step, args map[string]string) outcome {
 		for _, i := range p.SidecarsToStart {
 			start(&sc.pod.Spec.InitContainers[i])
 		}
+		_, startFails := args["start-failed"]
+		for _, id := range p.ContainersToStartExisting {
+			for _, c := range sc.observed.Containers {
+				if c.ID != id {
+					continue
+				}
+				if o.waiting == nil {
+					o.waiting = map[string]*status.Waiting{}
+				}
+				if startFails {
+					o.startsFailed = append(o.startsFailed, id)
+					o.waiting[c.Name] = &status.Waiting{Reason: reasonStartError, Message: "start failed"}
+					continue
+				}
+				c.State, c.StartedAt = runtime.ContainerRunning, sc.now
+				o.waiting[c.Name] = nil
+			}
+		}
 		if p.NextInit >= 0 {
 			start(&sc.pod.Spec.InitContainers[p.NextInit])
 		} else {
@@ -424,6 +446,9 @@ func describe(s step) string {
 		}
 		if len(p.SidecarsToStart) > 0 {
 			add("restart-sidecars=%v", p.SidecarsToStart)
+		}
+		if len(p.ContainersToStartExisting) > 0 {
+			add("start-existing=%s", strings.Join(p.ContainersToStartExisting, ","))
 		}
 		if p.NextInit < 0 && len(p.ContainersToStart) > 0 {
 			add("start=%v", p.ContainersToStart)

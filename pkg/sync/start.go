@@ -225,6 +225,11 @@ func (p *pass) run(ctx context.Context) {
 	for _, i := range plan.SidecarsToStart {
 		p.startContainer(ctx, &pod.Spec.InitContainers[i], initContainer, sandboxID)
 	}
+	// Containers a killed agent created and never started are started as
+	// they are; the plan holds no new start of the same container.
+	for _, id := range plan.ContainersToStartExisting {
+		p.startExisting(ctx, id)
+	}
 	if plan.NextInit >= 0 {
 		p.startContainer(ctx, &pod.Spec.InitContainers[plan.NextInit], initContainer, sandboxID)
 		return
@@ -254,15 +259,7 @@ func (p *pass) startContainer(ctx context.Context, c *v1.Container, kind contain
 	if prev := latestOf(p.observed, c.Name, init); prev != nil && kind != ephemeralContainer {
 		restartCount = prev.RestartCount + 1
 	}
-	fail := func(reason string, err error, retry time.Duration) {
-		if ctx.Err() != nil {
-			// The pod is being deleted: what failed no longer matters.
-			return
-		}
-		p.setWaiting(c.Name, &status.Waiting{Reason: reason, Message: err.Error()})
-		w.deps.events.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
-		p.wait(retry)
-	}
+	fail := func(reason string, err error, retry time.Duration) { p.failed(ctx, c, ref, reason, err, retry) }
 
 	if f := p.imageVolumesFailure(ctx, c, ref); f != nil {
 		p.wait(f.retry)
@@ -303,9 +300,48 @@ func (p *pass) startContainer(ctx context.Context, c *v1.Container, kind contain
 		}
 	}
 	w.deps.events.Eventf(ref, v1.EventTypeNormal, eventCreated, "Container created")
-	err = w.timed(ctx, "startContainer:"+c.Name, func() error { return w.deps.runtime.StartContainer(ctx, id) })
+	if d := w.settings.createStartDelay; d > 0 {
+		// Tests only (Config.CreateStartDelay): a pod deleted meanwhile
+		// cuts the wait short, and the start then fails as it would.
+		t := w.deps.clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+		case <-t.C():
+		}
+		t.Stop()
+	}
+	p.startCreated(ctx, c, init, id)
+}
+
+// startExisting starts a container that an agent killed between create
+// and start left created (see leftover), in place of a new one: what is
+// left of its start is the start itself and its postStart hook.
+func (p *pass) startExisting(ctx context.Context, id string) {
+	for _, o := range p.observed.Containers {
+		if o.ID != id {
+			continue
+		}
+		c, init := specContainer(p.pod, o.Name, o.Init)
+		if c == nil {
+			return
+		}
+		klog.FromContext(ctx).V(2).Info("Starting a container left created", "container", o.Name, "containerID", id)
+		p.startCreated(ctx, c, init, id)
+		return
+	}
+}
+
+// startCreated starts a created container and runs its postStart hook. A
+// failed start is recorded, so that the container is replaced rather
+// than started again.
+func (p *pass) startCreated(ctx context.Context, c *v1.Container, init bool, id string) {
+	w := p.w
+	ref := containerRef(p.pod, c, init)
+	p.changed = true
+	err := w.timed(ctx, "startContainer:"+c.Name, func() error { return w.deps.runtime.StartContainer(ctx, id) })
 	if err != nil {
-		fail(reasonStartError, err, time.Second)
+		p.out.startsFailed = append(p.out.startsFailed, id)
+		p.failed(ctx, c, ref, reasonStartError, err, time.Second)
 		return
 	}
 	p.setWaiting(c.Name, nil)
@@ -314,6 +350,18 @@ func (p *pass) startContainer(ctx context.Context, c *v1.Container, kind contain
 		p.setWaiting(c.Name, &status.Waiting{Reason: reasonPostStartHookError, Message: msg})
 		p.wait(time.Second)
 	}
+}
+
+// failed records why a container could not be started as its waiting
+// reason, with a Failed event, and asks to look again after retry.
+func (p *pass) failed(ctx context.Context, c *v1.Container, ref *v1.ObjectReference, reason string, err error, retry time.Duration) {
+	if ctx.Err() != nil {
+		// The pod is being deleted: what failed no longer matters.
+		return
+	}
+	p.setWaiting(c.Name, &status.Waiting{Reason: reason, Message: err.Error()})
+	p.w.deps.events.Eventf(ref, v1.EventTypeWarning, eventFailed, "Error: %v", err)
+	p.wait(retry)
 }
 
 // runtimeError is the runtime's own error within err, the gRPC status

@@ -13,19 +13,49 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/volume/atomic"
 )
 
-// objectSource fetches the configMaps and secrets volumes reference. Every
-// sync reads them afresh so that updates reach running pods.
+// Objects reads the configMaps and secrets that volumes project. A
+// missing object is a NotFound error.
+type Objects interface {
+	GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error)
+	GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+}
+
+// objectSource reads the configMaps and secrets volumes reference. Every
+// refresh reads them again so that updates reach running pods; the
+// Objects behind it decide what that costs the apiserver.
 type objectSource struct {
+	objects Objects // nil: no API client
+	// client reads cluster trust bundles, at every refresh.
 	client kubernetes.Interface
+}
+
+// clientObjects reads each object from the apiserver, at every refresh.
+type clientObjects struct{ client kubernetes.Interface }
+
+func (c clientObjects) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
+	return c.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c clientObjects) GetSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	return c.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// newObjectSource reads through objects, else through client.
+func newObjectSource(objects Objects, client kubernetes.Interface) objectSource {
+	src := objectSource{objects: objects, client: client}
+	if objects == nil && client != nil {
+		src.objects = clientObjects{client: client}
+	}
+	return src
 }
 
 // configMapData returns the configMap's keys, nil when it is missing and
 // optional.
 func (s objectSource) configMapData(ctx context.Context, ns, name string, optional bool) (map[string][]byte, error) {
-	if s.client == nil {
+	if s.objects == nil {
 		return nil, fmt.Errorf("configMap %s/%s: no API client", ns, name)
 	}
-	cm, err := s.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	cm, err := s.objects.GetConfigMap(ctx, ns, name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			if optional {
@@ -48,10 +78,10 @@ func (s objectSource) configMapData(ctx context.Context, ns, name string, option
 
 // secretData returns the secret's keys, nil when it is missing and optional.
 func (s objectSource) secretData(ctx context.Context, ns, name string, optional bool) (map[string][]byte, error) {
-	if s.client == nil {
+	if s.objects == nil {
 		return nil, fmt.Errorf("secret %s/%s: no API client", ns, name)
 	}
-	sec, err := s.client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	sec, err := s.objects.GetSecret(ctx, ns, name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			if optional {

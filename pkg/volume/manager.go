@@ -38,6 +38,11 @@ type Config struct {
 	// service-account tokens and pod certificates. Without it those
 	// volumes fail.
 	Client kubernetes.Interface
+	// Objects serves the configMaps and secrets of configMap, secret and
+	// projected volumes, read again at every refresh: a watch-fed cache
+	// (pkg/objcache) makes a refresh where nothing changed cost the
+	// apiserver nothing. Defaults to a GET through Client at every read.
+	Objects Objects
 	// NodeName is this node's name: CSI volumes' attachments are named
 	// after it, and pod certificate requests name it.
 	NodeName types.NodeName
@@ -102,7 +107,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.mounter == nil {
 		cfg.mounter = kernelMounter{}
 	}
-	objects := objectSource{client: cfg.Client}
+	objects := newObjectSource(cfg.Objects, cfg.Client)
 	tokens := newTokenSource(cfg.Client, cfg.Clock)
 	certs := newPodCertSource(cfg.Client, cfg.NodeName, cfg.Clock)
 	allocMemory := func() *resource.Quantity {

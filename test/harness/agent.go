@@ -80,6 +80,9 @@ func (c *Config) agentArgs(n Node) []string {
 		"--cert-dir=" + c.AgentCertDir(),
 		"--v=2",
 	}
+	if c.AgentConfigExtra != "" {
+		args = append(args, "--config-dir="+c.agentConfigDir())
+	}
 	if c.PodNetwork == PodNetworkAgent {
 		args = append(args, "--pod-network=bridge", "--cni-conf-dir="+c.path("cni", "net.d"),
 			"--pod-network-bridge="+bridgeDev, "--cluster-cidr="+ClusterCIDR)
@@ -132,8 +135,18 @@ func (c *Config) startNodeAgent(ctx context.Context, n Node, upstreamBin string)
 			return err
 		}
 	}
+	if c.AgentRootFS > 0 && n.Index == 0 {
+		if err := c.mountAgentRootFS(ctx); err != nil {
+			return err
+		}
+	}
 	if err := writeFiles(c.nodePath(n, "agent"), map[string]string{"config.yaml": c.agentConfig(n)}); err != nil {
 		return err
+	}
+	if c.AgentConfigExtra != "" {
+		if err := writeFiles(c.nodePath(n, "agent", "config.d"), map[string]string{"90-harness-extra.conf": agentConfigDropin(c.AgentConfigExtra)}); err != nil {
+			return err
+		}
 	}
 	if c.TLSBootstrap {
 		if err := c.setupTLSBootstrap(ctx); err != nil {

@@ -128,6 +128,17 @@ type Config struct {
 	// and a JoinConfiguration as an operator writes it, the others with kind's join
 	// configuration. Each agent makes its pod network (--pod-network=bridge). See kubeadm.go.
 	Kubeadm bool
+	// AgentRootFS, when more than zero, puts the agent's root directory (AgentRootDir) on
+	// an ext4 filesystem of that many bytes of its own, loop-mounted from a sparse file in
+	// the run dir before the agent starts: the node's filesystem (nodefs) is then small
+	// enough for a test to fill, and filling it leaves the machine's alone. Teardown
+	// unmounts it with the rest of the run dir. One node, not with Kubeadm.
+	AgentRootFS int64
+	// AgentConfigExtra is KubeletConfiguration, as YAML fields without apiVersion and kind,
+	// that every node's agent gets over the harness's own (AgentConfig) in a drop-in of its
+	// --config-dir, as an administrator adds settings: eviction thresholds, periods. A test
+	// that passes --config-dir to StartAgent itself replaces it. Not with Kubeadm.
+	AgentConfigExtra string
 	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
 	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
 	// sh behaves as the one in upstream's e2e images.
@@ -229,6 +240,12 @@ func (c *Config) Complete() error {
 	}
 	if c.PodNetwork != PodNetworkHarness && (c.PodNetwork != PodNetworkAgent || c.Agent != AgentNodeagent) {
 		return fmt.Errorf("pod network %q: want %q, or %q with nodeagent", c.PodNetwork, PodNetworkHarness, PodNetworkAgent)
+	}
+	if c.AgentRootFS < 0 || (c.AgentRootFS > 0 && (c.Kubeadm || c.NodeCount > 1)) {
+		return fmt.Errorf("agent root filesystem of %d bytes: want a size, on one node without kubeadm", c.AgentRootFS)
+	}
+	if c.AgentConfigExtra != "" && c.Kubeadm {
+		return errors.New("extra agent configuration: kubeadm's nodes are configured by kubeadm")
 	}
 	if c.BusyboxBinary == "" {
 		c.BusyboxBinary = DebianBusybox

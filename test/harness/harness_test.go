@@ -2,6 +2,7 @@ package harness
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,5 +83,48 @@ func TestConfigRefusesDangerousRunDir(t *testing.T) {
 		if err := cfg.Complete(); err == nil {
 			t.Errorf("run dir %q accepted, want refused", dir)
 		}
+	}
+}
+
+func TestAgentRootFSAndExtraConfig(t *testing.T) {
+	base := func() *Config {
+		return &Config{RepoDir: "/repo", RunDir: "/tmp/nodeagent-test-run", CacheDir: "/cache", Agent: AgentNodeagent,
+			Runtime: RuntimeContainerd, PodNetwork: PodNetworkHarness, NodeCount: 1}
+	}
+	for _, tc := range []struct {
+		name string
+		mut  func(*Config)
+	}{
+		{"a negative size", func(c *Config) { c.AgentRootFS = -1 }},
+		{"several nodes", func(c *Config) { c.AgentRootFS = 300 << 20; c.NodeCount = 2; c.PodNetwork = PodNetworkAgent }},
+		{"kubeadm", func(c *Config) { c.AgentRootFS = 300 << 20; c.Kubeadm = true; c.NodeCount = 3; c.PodNetwork = "" }},
+		{"extra config with kubeadm", func(c *Config) { c.AgentConfigExtra = "x: y\n"; c.Kubeadm = true; c.NodeCount = 3; c.PodNetwork = "" }},
+	} {
+		cfg := base()
+		tc.mut(cfg)
+		if err := cfg.Complete(); err == nil {
+			t.Errorf("%s: accepted, want refused", tc.name)
+		}
+	}
+
+	kubeadm := base()
+	kubeadm.Kubeadm, kubeadm.NodeCount, kubeadm.PodNetwork = true, 3, ""
+	if err := kubeadm.Complete(); err != nil {
+		t.Fatalf("the kubeadm cases are refused for another reason: %v", err)
+	}
+
+	cfg := base()
+	cfg.AgentRootFS, cfg.AgentConfigExtra = 300<<20, "evictionHard: {nodefs.available: 40%}\n"
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cfg.AgentArgs(), "--config-dir=/tmp/nodeagent-test-run/agent/config.d") {
+		t.Errorf("agent args %q: no --config-dir with the extra configuration", cfg.AgentArgs())
+	}
+	if got, want := agentConfigDropin(cfg.AgentConfigExtra), "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard: {nodefs.available: 40%}\n"; got != want {
+		t.Errorf("drop-in = %q, want %q", got, want)
+	}
+	if args := base().AgentArgs(); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--config-dir") }) {
+		t.Errorf("agent args %q: a --config-dir without extra configuration", args)
 	}
 }

@@ -21,6 +21,8 @@ var packages = map[string]string{
 	"curl":                        "/usr/bin/curl",   // copied into the agnhost image
 	"bind9-dnsutils":              "/usr/bin/dig",    // copied into agnhost and glibc-dns-testing
 	"netcat-openbsd":              "/bin/nc.openbsd", // copied into agnhost as nc
+	"e2fsprogs":                   "/sbin/mkfs.ext4", // Config.AgentRootFS
+	"mount":                       "/bin/mount",      // loop-mounts Config.AgentRootFS
 }
 
 var aptMu sync.Mutex

@@ -1,0 +1,137 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeagent/nodeagent/test/e2e/framework"
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+// TestSecondAgentOnOneRootDirRefused is not parallel: were the lock broken, the
+// second agent would fight the first over every pod until its deadline. It runs the
+// agent's binary with the harness's own flags beside the running agent: the second
+// exits non-zero naming the root dir and the first agent's pid, and the first runs on.
+func TestSecondAgentOnOneRootDirRefused(t *testing.T) {
+	requireNodeagent(t)
+	cfg := framework.Cluster(t)
+	first := cfg.AgentPid()
+	if first == 0 {
+		t.Fatal("no agent running")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(cfg.RunDir, "bin", "nodeagent"), cfg.AgentArgs()...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("the second agent was still running after a minute:\n%s", stderr.String())
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("second agent: %v, want a non-zero exit:\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"root dir " + cfg.AgentRootDir() + " is in use by another nodeagent", fmt.Sprintf("(pid %d)", first)} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("the second agent's output does not say %q:\n%s", want, stderr.String())
+		}
+	}
+	if cfg.AgentPid() != first {
+		t.Errorf("agent pid %d before, %d after the second one tried", first, cfg.AgentPid())
+	}
+	waitReady(t, corev1.ConditionTrue, 30*time.Second)
+	probe := createPod(t, busyboxPod("after-second-agent", corev1.RestartPolicyAlways, "sleep 3600"))
+	waitPod(t, probe, 2*time.Minute, runningAndReady)
+}
+
+// TestAgentKilledBetweenCreateAndStart is not parallel: the agent dies and comes back.
+// An agent that waits between a container's create and its start (the hidden
+// --create-start-delay) is SIGKILLed while an app container, and an init container of
+// another pod, are created and not started. The next agent starts those very containers:
+// none is created twice, no restart is counted, and no last state is shown.
+func TestAgentKilledBetweenCreateAndStart(t *testing.T) {
+	requireNodeagent(t)
+	ctx := framework.Context(t, 6*time.Minute)
+	cfg := framework.Cluster(t)
+	killAgent(t, cfg)
+	if err := cfg.StartAgent(ctx, "--create-start-delay=5m"); err != nil {
+		t.Fatalf("start the agent with --create-start-delay: %v", err)
+	}
+	delayed := true
+	t.Cleanup(func() {
+		if !delayed {
+			return
+		}
+		// Leave the next tests an agent that starts containers.
+		killAgent(t, cfg)
+		if err := cfg.StartAgent(context.Background()); err != nil {
+			t.Errorf("start the agent again: %v", err)
+		}
+	})
+
+	app := createPod(t, busyboxPod("left-created", corev1.RestartPolicyAlways, "sleep 3600"))
+	withInit := busyboxPod("init-left-created", corev1.RestartPolicyAlways, "sleep 3600")
+	withInit.Spec.InitContainers = []corev1.Container{{Name: "init", Image: harness.BusyboxImage, Command: []string{"true"}}}
+	withInit = createPod(t, withInit)
+	leftovers := map[string]string{} // pod name → the created container's ID
+	framework.Eventually(t, 2*time.Minute, func() error {
+		for _, p := range []struct{ pod, container string }{{app.Name, "main"}, {withInit.Name, "init"}} {
+			uid := string(app.UID)
+			if p.pod == withInit.Name {
+				uid = string(withInit.UID)
+			}
+			cs := containersOfPod(t, uid)
+			if len(cs) != 1 || cs[0].Metadata.Name != p.container || cs[0].State != runtimeapi.ContainerState_CONTAINER_CREATED {
+				return fmt.Errorf("pod %s: containers %s, want %s alone and created", p.pod, describeContainers(cs), p.container)
+			}
+			leftovers[p.pod] = cs[0].Id
+		}
+		return nil
+	})
+
+	killAgent(t, cfg)
+	if err := cfg.StartAgent(ctx); err != nil {
+		t.Fatalf("start the agent again: %v", err)
+	}
+	delayed = false
+
+	for _, pod := range []*corev1.Pod{app, withInit} {
+		got := waitPod(t, pod, 2*time.Minute, runningAndReady)
+		name, statuses := "main", got.Status.ContainerStatuses
+		if pod == withInit {
+			name, statuses = "init", got.Status.InitContainerStatuses
+		}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, got.Status.InitContainerStatuses...), got.Status.ContainerStatuses...) {
+			if cs.RestartCount != 0 || cs.LastTerminationState != (corev1.ContainerState{}) {
+				t.Errorf("pod %s container %s: restartCount %d, lastState %+v; want 0 and none", pod.Name, cs.Name, cs.RestartCount, cs.LastTerminationState)
+			}
+		}
+		for _, cs := range statuses {
+			if cs.Name == name && !strings.HasSuffix(cs.ContainerID, "://"+leftovers[pod.Name]) {
+				t.Errorf("pod %s container %s is %s, want the one left created, %s", pod.Name, name, cs.ContainerID, leftovers[pod.Name])
+			}
+		}
+		n := 0
+		for _, c := range containersOfPod(t, string(pod.UID)) {
+			if c.Metadata.Name == name {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("pod %s: %d containers named %s in the runtime, want the one", pod.Name, n, name)
+		}
+	}
+}
