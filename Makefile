@@ -3,7 +3,7 @@
 #   make up      bring up a local cluster (stock control plane, containerd, registry) with nodeagent as its node
 #   make down    stop it and remove everything it made
 #   make test    unit tests, the end-to-end suites on one shared cluster, then the conformance smoke run
-#   make build   build bin/nodeagent
+#   make build   build bin/nodeagent and the kubectl plugin bin/kubectl-nodeagent (kubectl nodeagent timeline|why POD)
 #   make bench   pod startup and footprint, nodeagent side by side with the kubelet (BENCHMARKS.md)
 #   make bench-pvc    the same, each pod with a fresh PVC of the hostpath CSI driver mounted
 #   make bench-micro  testing.B benchmarks of the agent's hot paths
@@ -21,6 +21,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/nodeagent ./cmd/nodeagent
+	CGO_ENABLED=0 $(GO) build -o bin/kubectl-nodeagent ./cmd/kubectl-nodeagent
 
 up:
 	@$(HARNESS) up

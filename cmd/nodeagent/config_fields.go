@@ -89,11 +89,11 @@ var configFields = map[string]fieldRule{
 	"enableContentionProfiling":                  {class: warned, note: "the profiler has no block or mutex profiles enabled"},
 	"enableControllerAttachDetach":               {class: refused, note: "nodeagent does not attach volumes itself: with false, volumes that need attaching would never be attached"},
 	"enableDebugFlagsHandler":                    {class: warned, note: "/debug/flags/v is not served"},
-	"enableDebuggingHandlers":                    {class: honoured, note: "false answers exec, attach, portForward, run, containerLogs, runningpods and pprof with 405 and leaves /configz out (pkg/server)"},
+	"enableDebuggingHandlers":                    {class: honoured, note: "false answers exec, attach, portForward, run, containerLogs, runningpods, pprof and the pod timelines (/debug/pods/) with 405 and leaves /configz out (pkg/server)"},
 	"enableProfilingHandler":                     {class: honoured, note: "/debug/pprof (pkg/server)"},
 	"enableServer":                               {class: honoured, note: "false opens no node API on port (run.go)"},
-	"enableSystemLogHandler":                     {class: warned, note: "/logs/ (the node's log files) is not served"},
-	"enableSystemLogQuery":                       {class: warned, note: "/logs/ (the node's log files) is not served"},
+	"enableSystemLogHandler":                     {class: honoured, note: "/logs/ serves the files under /var/log, with enableDebuggingHandlers (pkg/server)"},
+	"enableSystemLogQuery":                       {class: honoured, note: "/logs/?query= reads a service's journal (journalctl) or its file under /var/log (pkg/server)"},
 	"enforceNodeAllocatable":                     {class: honoured, note: "kubepods and reserved cgroup limits (cgroups.go)"},
 	"eventBurst":                                 {class: warned, note: "events are sent with client-go's broadcaster defaults"},
 	"eventRecordQPS":                             {class: warned, note: "events are sent with client-go's broadcaster defaults"},
@@ -115,10 +115,7 @@ var configFields = map[string]fieldRule{
 	"imageGCLowThresholdPercent":                 {class: honoured, note: "image GC (pkg/imagegc)"},
 	"imageMaximumGCAge":                          {class: honoured, note: "image GC (pkg/imagegc)"},
 	"imageMinimumGCAge":                          {class: honoured, note: "image GC (pkg/imagegc)"},
-	"imagePullCredentialsVerificationPolicy": {class: refused, note: "nodeagent does not check that a pod may use an image pulled with other credentials, which this policy asks for",
-		fine: func(kc *kubeletv1beta1.KubeletConfiguration) bool {
-			return kc.ImagePullCredentialsVerificationPolicy == kubeletv1beta1.NeverVerify
-		}},
+	"imagePullCredentialsVerificationPolicy":     {class: honoured, note: "which present images a pod needs the pulling credentials for; records under image_manager in the root dir (pkg/pullrecords)"},
 	"imageServiceEndpoint": {class: refused, note: "images are pulled through containerRuntimeEndpoint; a separate image service would hold other images",
 		fine: func(kc *kubeletv1beta1.KubeletConfiguration) bool {
 			return kc.ImageServiceEndpoint == kc.ContainerRuntimeEndpoint
@@ -152,7 +149,7 @@ var configFields = map[string]fieldRule{
 	"podPidsLimit":                         {class: honoured, note: "pod cgroups (pkg/cgroups)"},
 	"podsPerCore":                          {class: refused, note: "nodeagent would report and admit maxPods pods, more than podsPerCore allows"},
 	"port":                                 {class: honoured, note: "node API port (pkg/server)"},
-	"preloadedImagesVerificationAllowlist": {class: warned, note: "pulled images' credentials are not verified"},
+	"preloadedImagesVerificationAllowlist": {class: honoured, note: "images NeverVerifyAllowlistedImages trusts (pkg/pullrecords)"},
 	"protectKernelDefaults":                {class: warned, note: "the kernel's settings are neither checked nor set"},
 	"providerID":                           {class: honoured, note: "Node spec.providerID (pkg/node)"},
 	"qosReserved":                          {class: warned, note: "no memory is held back from lower QoS classes"},

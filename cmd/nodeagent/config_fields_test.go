@@ -155,12 +155,16 @@ func TestCheckConfigFields(t *testing.T) {
 		{name: "separate image service endpoint", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.ImageServiceEndpoint = "unix:///run/images.sock"
 		}, refused: []string{"imageServiceEndpoint"}},
-		{name: "NeverVerify asks for what nodeagent does", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
+		{name: "NeverVerify", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.ImagePullCredentialsVerificationPolicy = kubeletv1beta1.NeverVerify
 		}},
 		{name: "AlwaysVerify", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.ImagePullCredentialsVerificationPolicy = kubeletv1beta1.AlwaysVerify
-		}, refused: []string{"imagePullCredentialsVerificationPolicy"}},
+		}},
+		{name: "allowlist", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
+			kc.ImagePullCredentialsVerificationPolicy = kubeletv1beta1.NeverVerifyAllowlistedImages
+			kc.PreloadedImagesVerificationAllowlist = []string{"registry.k8s.io/*"}
+		}},
 		{name: "nested field", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.MemorySwap.SwapBehavior = "LimitedSwap"
 			kc.UserNamespaces = &kubeletv1beta1.UserNamespaces{IDsPerPod: ptr.To[int64](131072)}

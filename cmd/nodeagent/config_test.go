@@ -159,6 +159,10 @@ func TestConfigFileErrors(t *testing.T) {
 		{name: "image GC high threshold above 100", content: header + "imageGCHighThresholdPercent: 101\n", want: "imageGCHighThresholdPercent: must be between 0 and 100"},
 		{name: "negative maximum image age", content: header + "imageMaximumGCAge: -1s\n", want: "imageMaximumGCAge: must not be negative"},
 		{name: "maximum image age within the minimum", content: header + "imageMaximumGCAge: 1m\n", want: "imageMaximumGCAge: (1m0s) must be greater than imageMinimumGCAge (2m0s)"},
+		{name: "unknown pull credential policy", content: header + "imagePullCredentialsVerificationPolicy: Sometimes\n", want: `imagePullCredentialsVerificationPolicy: unknown policy "Sometimes"`},
+		{name: "allowlist without its policy", content: header + "preloadedImagesVerificationAllowlist: [registry.k8s.io/pause]\n", want: "preloadedImagesVerificationAllowlist is only read with NeverVerifyAllowlistedImages"},
+		{name: "allowlist entry with a tag", content: header + "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [registry.k8s.io/pause:3.10]\n", want: "without a tag or digest"},
+		{name: "pull credential policy with its gate off", content: header + "featureGates:\n  KubeletEnsureSecretPulledImages: false\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n", want: "must not be set while the KubeletEnsureSecretPulledImages feature gate is off"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

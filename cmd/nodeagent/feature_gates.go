@@ -21,7 +21,7 @@ type gateSpec struct {
 // is no concern of a node.
 var honouredGates = map[string]string{
 	"KubeletCrashLoopBackOffMax":      "off leaves the restart back-off cap at 300s and refuses crashLoopBackOff.maxContainerRestartPeriod, as the kubelet does",
-	"KubeletEnsureSecretPulledImages": "off is what nodeagent does: pulled images' credentials are not verified",
+	"KubeletEnsureSecretPulledImages": "off lets any pod use any image present, records no pulls and refuses imagePullCredentialsVerificationPolicy and preloadedImagesVerificationAllowlist, as the kubelet does",
 }
 
 // checkFeatureGates checks featureGates as the kubelet's gate set does:

@@ -36,6 +36,7 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/server"
 	"github.com/nodeagent/nodeagent/pkg/status"
 	podsync "github.com/nodeagent/nodeagent/pkg/sync"
+	"github.com/nodeagent/nodeagent/pkg/timeline"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 )
 
@@ -68,6 +69,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	// process-wide and set once, before the first client is made.
 	agentMetrics := metrics.New()
 	agentMetrics.RegisterRESTClient()
+	// Every pod's steps, kept for /debug/pods/ and observed as metrics.
+	timelines, err := timeline.New(timeline.Config{Metrics: agentMetrics})
+	if err != nil {
+		return err
+	}
 	identity, err := newAPIServerIdentity(ctx, cfg)
 	if err != nil {
 		return err
@@ -212,8 +218,13 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Starting the pods' resource allocations afresh")
 	}
+	pullRecords, err := newPullRecords(ctx, cfg, cri)
+	if err != nil {
+		return err
+	}
 	dispatcher, err := podsync.NewDispatcher(podsync.Config{
 		Allocations:           allocations,
+		PullRecords:           pullRecords,
 		Runtime:               cri,
 		Images:                cri,
 		Cache:                 podEvents.Cache(),
@@ -242,6 +253,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		CreateStartDelay:      cfg.createStartDelay,
 		MaxParallelImagePulls: maxParallelImagePulls(kc),
 		Metrics:               agentMetrics,
+		Timeline:              timelines,
 	})
 	if err != nil {
 		return err
@@ -335,7 +347,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	nodeAPI, err := newNodeServer(cfg, client, cri.RuntimeService(), dispatcher.Pods, nodeAPIExtras{
-		stats: nodeStats, metrics: agentMetrics, serving: serving,
+		stats: nodeStats, metrics: agentMetrics, serving: serving, timeline: timelines.Handler(),
 	})
 	if err != nil {
 		return err

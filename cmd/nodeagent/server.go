@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,6 +26,8 @@ type nodeAPIExtras struct {
 	// serving is the certificate from the kubelet-serving signer
 	// (serverTLSBootstrap); nil means tlsCertFile or a self-signed one.
 	serving *certs.Serving
+	// timeline serves the pods' timelines at /debug/pods/.
+	timeline http.Handler
 }
 
 // newNodeServer builds the node's HTTPS API (port 10250) from the configuration: the
@@ -60,13 +63,17 @@ func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.Runt
 		Configz:                        configz(kc),
 		EnableDebuggingHandlers:        *kc.EnableDebuggingHandlers,
 		EnableProfilingHandler:         *kc.EnableProfilingHandler,
+		EnableSystemLogHandler:         kc.EnableSystemLogHandler != nil && *kc.EnableSystemLogHandler,
+		EnableSystemLogQuery:           kc.EnableSystemLogQuery != nil && *kc.EnableSystemLogQuery,
 	}
 	if extras.stats != nil {
 		sc.Stats = extras.stats
+		sc.CgroupStats = extras.stats
 	}
 	if extras.serving != nil {
 		sc.ServingCertificate = extras.serving
 	}
+	sc.Timeline = extras.timeline
 	if extras.metrics != nil {
 		sc.Metrics = extras.metrics.Handler()
 		sc.ProbeMetrics = extras.metrics.ProbesHandler()

@@ -128,6 +128,9 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 		errs = append(errs, err)
 	}
 	validateEnforcement(kc, fail)
+	if _, err := pullPolicy(kc); err != nil {
+		fail("imagePullCredentialsVerificationPolicy", "%v", err)
+	}
 	if len(errs) == 0 {
 		return nil
 	}

@@ -34,6 +34,7 @@ type Metrics struct {
 	podStartDuration      *compbase.Histogram
 	podStartSLIDuration   *compbase.HistogramVec
 	podStartTotalDuration *compbase.HistogramVec
+	podStepDuration       *compbase.HistogramVec
 
 	imageVolumeRequested *compbase.Counter
 	imageVolumeMounted   *compbase.Counter
@@ -88,6 +89,7 @@ func New() *Metrics {
 			Help:    "Duration in seconds to start a pod since creation, including time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
 			Buckets: podStartBuckets, StabilityLevel: compbase.ALPHA,
 		}, []string{}),
+		podStepDuration: newPodStepDuration(),
 
 		imageVolumeRequested: compbase.NewCounter(&compbase.CounterOpts{
 			Subsystem: "kubelet", Name: "image_volume_requested_total",
@@ -177,7 +179,7 @@ func New() *Metrics {
 		}, []string{"probe_type", "container", "pod", "namespace"}),
 	}
 	m.registry.MustRegister(
-		m.podWorkerDuration, m.podStartDuration, m.podStartSLIDuration, m.podStartTotalDuration,
+		m.podWorkerDuration, m.podStartDuration, m.podStartSLIDuration, m.podStartTotalDuration, m.podStepDuration,
 		m.imageVolumeRequested, m.imageVolumeMounted, m.imageVolumeFailed, m.imageGarbageCollected,
 		m.plegRelistDuration, m.plegRelistInterval, m.plegLastSeen, m.runningPods, m.runningContainers,
 		m.terminatedContainers,

@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -49,10 +52,22 @@ type dockerAuth struct {
 	Auth     string `json:"auth"`
 }
 
+// PullCredential is one credential of a pod's pull secrets, with the
+// secret it came from.
+type PullCredential struct {
+	Auth *runtimeapi.AuthConfig
+	// Namespace, Name and UID are the secret's.
+	Namespace, Name string
+	UID             types.UID
+	// Hash identifies the credential whatever secret holds it: the hex
+	// SHA-256 of the registry, user name and password.
+	Hash string
+}
+
 // PullAuths returns the credentials among secrets that apply to an image
 // on registry, in the order of the pod's imagePullSecrets.
-func PullAuths(registry string, secrets []*v1.Secret) []*runtimeapi.AuthConfig {
-	var out []*runtimeapi.AuthConfig
+func PullAuths(registry string, secrets []*v1.Secret) []PullCredential {
+	var out []PullCredential
 	for _, s := range secrets {
 		var auths map[string]dockerAuth
 		switch s.Type {
@@ -82,10 +97,22 @@ func PullAuths(registry string, secrets []*v1.Secret) []*runtimeapi.AuthConfig {
 			}
 			// No ServerAddress: runtimes parse it as a URL, which a bare
 			// host:port is not, and they know the registry from the image.
-			out = append(out, &runtimeapi.AuthConfig{Username: user, Password: pass})
+			out = append(out, PullCredential{
+				Auth:      &runtimeapi.AuthConfig{Username: user, Password: pass},
+				Namespace: s.Namespace, Name: s.Name, UID: s.UID,
+				Hash: credentialHash(registry, user, pass),
+			})
 		}
 	}
 	return out
+}
+
+// credentialHash is PullCredential.Hash. The fields are JSON-encoded
+// together so that no two (registry, user, password) share an input.
+func credentialHash(registry, user, pass string) string {
+	data, _ := json.Marshal([]string{registry, user, pass}) // strings always encode
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // registryHost strips a scheme and path from a docker config key.

@@ -53,16 +53,20 @@ var _ RuntimeService = runtimeapi.RuntimeServiceClient(nil)
 type api struct {
 	nodeName    string
 	pods        PodLister
+	timeline    http.Handler
 	runtime     RuntimeService
 	callTimeout time.Duration
 	idleTimeout time.Duration
 
 	stats        SummaryProvider
+	cgroups      CgroupStatsProvider
 	metrics      http.Handler
 	probeMetrics http.Handler
 	configz      any
 	debugging    bool
 	profilingOn  bool
+	// nodeLogs serves /logs/; nil when enableSystemLogHandler is off.
+	nodeLogs *nodeLogs
 }
 
 // podRef is the pod a request names: /<op>/{namespace}/{pod}[/{uid}]/...

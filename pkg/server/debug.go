@@ -65,6 +65,9 @@ func (a *api) monitoringRoutes(mux *http.ServeMux) {
 		mux.HandleFunc("POST /stats/summary", a.getSummary)
 		mux.HandleFunc("GET /metrics/resource", a.getResourceMetrics)
 	}
+	if a.cgroups != nil {
+		mux.HandleFunc("GET /metrics/cadvisor", a.getCadvisorMetrics)
+	}
 	if a.metrics != nil {
 		mux.Handle("GET /metrics", a.metrics)
 	}

@@ -25,6 +25,7 @@ func (a *api) routes() http.Handler {
 	mux.HandleFunc("GET /healthz/ping", ok)
 	mux.HandleFunc("GET /pods", a.getPods)
 	mux.HandleFunc("GET /pods/{$}", a.getPods)
+	a.timelineRoutes(mux)
 	if !a.debugging {
 		debuggingDisabledRoutes(mux)
 		a.monitoringRoutes(mux)
@@ -40,6 +41,14 @@ func (a *api) routes() http.Handler {
 		mux.HandleFunc(m+" /attach/{namespace}/{pod}/{uid}/{container}", a.attach)
 		mux.HandleFunc(m+" /portForward/{namespace}/{pod}", a.portForward)
 		mux.HandleFunc(m+" /portForward/{namespace}/{pod}/{uid}", a.portForward)
+	}
+	// The kubelet serves the node's logs only with its debugging handlers.
+	if a.nodeLogs != nil {
+		mux.HandleFunc("GET "+nodeLogsPrefix, a.nodeLogs.serve)
+	} else {
+		mux.HandleFunc(nodeLogsPrefix, func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "logs endpoint is disabled.", http.StatusMethodNotAllowed)
+		})
 	}
 	mux.HandleFunc("POST /run/{namespace}/{pod}/{container}", a.run)
 	mux.HandleFunc("POST /run/{namespace}/{pod}/{uid}/{container}", a.run)

@@ -103,6 +103,9 @@ type Config struct {
 	Runtime RuntimeService
 	// Pods lists the pods the agent runs.
 	Pods PodLister
+	// Timeline serves the pods' timelines at /debug/pods/ (pkg/timeline)
+	// with the debugging handlers; nil leaves them out.
+	Timeline http.Handler
 
 	// StreamingConnectionIdleTimeout closes an exec, attach or port-forward
 	// stream after this long without traffic, and a log stream whose client
@@ -115,6 +118,8 @@ type Config struct {
 	// Stats answers /stats/summary and /metrics/resource; nil leaves
 	// them out.
 	Stats SummaryProvider
+	// CgroupStats answers /metrics/cadvisor; nil leaves it out.
+	CgroupStats CgroupStatsProvider
 	// Metrics serves /metrics and ProbeMetrics /metrics/probes; nil
 	// leaves them out.
 	Metrics      http.Handler
@@ -130,6 +135,16 @@ type Config struct {
 	// (enableProfilingHandler) too, the Go profiler is at /debug/pprof.
 	EnableDebuggingHandlers bool
 	EnableProfilingHandler  bool
+	// EnableSystemLogHandler (enableSystemLogHandler) serves the files
+	// under NodeLogDir at /logs/, with the debugging handlers; without it
+	// /logs/ answers 405 "logs endpoint is disabled.". With
+	// EnableSystemLogQuery (enableSystemLogQuery; the NodeLogQuery gate
+	// is GA and locked on) /logs/?query= reads a service's journal or log
+	// file too.
+	EnableSystemLogHandler bool
+	EnableSystemLogQuery   bool
+	// NodeLogDir is the node's log directory; empty means /var/log.
+	NodeLogDir string
 }
 
 // Server is the node's HTTPS API on :10250.
@@ -180,15 +195,20 @@ func New(cfg Config) (*Server, error) {
 	api := &api{
 		nodeName:     cfg.NodeName,
 		pods:         cfg.Pods,
+		timeline:     cfg.Timeline,
 		runtime:      cfg.Runtime,
 		callTimeout:  cfg.RuntimeRequestTimeout,
 		idleTimeout:  cfg.StreamingConnectionIdleTimeout,
 		stats:        cfg.Stats,
+		cgroups:      cfg.CgroupStats,
 		metrics:      cfg.Metrics,
 		probeMetrics: cfg.ProbeMetrics,
 		configz:      cfg.Configz,
 		debugging:    cfg.EnableDebuggingHandlers,
 		profilingOn:  cfg.EnableProfilingHandler,
+	}
+	if cfg.EnableSystemLogHandler {
+		api.nodeLogs = &nodeLogs{dir: cfg.NodeLogDir, query: cfg.EnableSystemLogQuery, journalctl: defaultJournalctl}
 	}
 	handler := withCanonicalPath(withAuth(authn, authz, api.routes()))
 
@@ -234,6 +254,9 @@ func applyDefaults(cfg *Config) error {
 	}
 	if cfg.RuntimeRequestTimeout == 0 {
 		cfg.RuntimeRequestTimeout = defaultRuntimeRequestTimeout
+	}
+	if cfg.NodeLogDir == "" {
+		cfg.NodeLogDir = DefaultNodeLogDir
 	}
 	if cfg.StreamingConnectionIdleTimeout < 0 {
 		return fmt.Errorf("node API: streamingConnectionIdleTimeout %s is negative", cfg.StreamingConnectionIdleTimeout)

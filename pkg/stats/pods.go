@@ -29,11 +29,21 @@ type podFs struct {
 	byMount map[string]fsInfo
 }
 
-// podStats lists the pods with a running sandbox and the running
-// containers in them.
-func (p *Provider) podStats(ctx context.Context, full bool) ([]statsapi.PodStats, error) {
+// runtimePods is what the runtime says of the pods at one moment: the
+// ready sandboxes (the newest per pod), the running containers and the
+// stats of both.
+type runtimePods struct {
+	sandboxes []*runtimeapi.PodSandbox
+	running   map[string]*runtimeapi.Container
+	// bySandbox holds the runtime's sandbox stats, when it has them.
+	bySandbox           map[string]*runtimeapi.PodSandboxStats
+	containersBySandbox map[string][]*runtimeapi.ContainerStats
+}
+
+// listRuntimePods asks the runtime for its ready sandboxes, running
+// containers and their stats.
+func (p *Provider) listRuntimePods(ctx context.Context) (*runtimePods, error) {
 	logger := klog.FromContext(ctx)
-	now := p.cfg.Clock.Now()
 	sbResp, err := p.cfg.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
 		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
 	}})
@@ -46,23 +56,25 @@ func (p *Provider) podStats(ctx context.Context, full bool) ([]statsapi.PodStats
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
-	running := map[string]*runtimeapi.Container{}
+	rp := &runtimePods{
+		sandboxes:           newestSandboxes(sbResp.GetItems()),
+		running:             map[string]*runtimeapi.Container{},
+		bySandbox:           map[string]*runtimeapi.PodSandboxStats{},
+		containersBySandbox: map[string][]*runtimeapi.ContainerStats{},
+	}
 	for _, c := range cResp.GetContainers() {
-		running[c.GetId()] = c
+		rp.running[c.GetId()] = c
 	}
 
 	// Prefer the runtime's sandbox stats; runtimes without them get the
 	// containers' stats and the pod cgroups read here.
-	bySandbox := map[string]*runtimeapi.PodSandboxStats{}
-	containersBySandbox := map[string][]*runtimeapi.ContainerStats{}
 	sbStats, err := p.cfg.Runtime.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: &runtimeapi.PodSandboxStatsFilter{}})
 	switch {
 	case err == nil:
 		for _, s := range sbStats.GetStats() {
-			bySandbox[s.GetAttributes().GetId()] = s
-			for _, cs := range s.GetLinux().GetContainers() {
-				containersBySandbox[s.GetAttributes().GetId()] = append(containersBySandbox[s.GetAttributes().GetId()], cs)
-			}
+			id := s.GetAttributes().GetId()
+			rp.bySandbox[id] = s
+			rp.containersBySandbox[id] = append(rp.containersBySandbox[id], s.GetLinux().GetContainers()...)
 		}
 	default:
 		// containerd fails the whole list when one sandbox cannot be
@@ -75,11 +87,24 @@ func (p *Provider) podStats(ctx context.Context, full bool) ([]statsapi.PodStats
 			return nil, fmt.Errorf("list container stats: %w", err)
 		}
 		for _, s := range cs.GetStats() {
-			if c, ok := running[s.GetAttributes().GetId()]; ok {
-				containersBySandbox[c.GetPodSandboxId()] = append(containersBySandbox[c.GetPodSandboxId()], s)
+			if c, ok := rp.running[s.GetAttributes().GetId()]; ok {
+				rp.containersBySandbox[c.GetPodSandboxId()] = append(rp.containersBySandbox[c.GetPodSandboxId()], s)
 			}
 		}
 	}
+	return rp, nil
+}
+
+// podStats lists the pods with a running sandbox and the running
+// containers in them.
+func (p *Provider) podStats(ctx context.Context, full bool) ([]statsapi.PodStats, error) {
+	logger := klog.FromContext(ctx)
+	now := p.cfg.Clock.Now()
+	rp, err := p.listRuntimePods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	running, bySandbox, containersBySandbox := rp.running, rp.bySandbox, rp.containersBySandbox
 
 	specs := map[types.UID]*v1.Pod{}
 	for _, pod := range p.cfg.Pods() {
@@ -89,9 +114,8 @@ func (p *Provider) podStats(ctx context.Context, full bool) ([]statsapi.PodStats
 	if full {
 		fsi = p.podFilesystems(ctx, now)
 	}
-	sbs := newestSandboxes(sbResp.GetItems())
-	out := make([]statsapi.PodStats, 0, len(sbs))
-	for _, sb := range sbs {
+	out := make([]statsapi.PodStats, 0, len(rp.sandboxes))
+	for _, sb := range rp.sandboxes {
 		md := sb.GetMetadata()
 		ps := statsapi.PodStats{
 			PodRef:    statsapi.PodReference{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()},

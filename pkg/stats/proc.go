@@ -56,6 +56,8 @@ func (p procFS) meminfo() (map[string]uint64, error) {
 type interfaceCounters struct {
 	name                               string
 	rxBytes, rxErrors, txBytes, txErrs uint64
+	rxPackets, rxDropped               uint64
+	txPackets, txDropped               uint64
 }
 
 // netDev reads /proc/<pid>/net/dev (pid "self" or "1" for the host's
@@ -83,8 +85,8 @@ func parseNetDev(data []byte) ([]interfaceCounters, error) {
 		n := func(i int) uint64 { v, _ := strconv.ParseUint(f[i], 10, 64); return v }
 		out = append(out, interfaceCounters{
 			name:    strings.TrimSpace(name),
-			rxBytes: n(0), rxErrors: n(2),
-			txBytes: n(8), txErrs: n(10),
+			rxBytes: n(0), rxPackets: n(1), rxErrors: n(2), rxDropped: n(3),
+			txBytes: n(8), txPackets: n(9), txErrs: n(10), txDropped: n(11),
 		})
 	}
 	return out, sc.Err()

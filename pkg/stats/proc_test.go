@@ -14,7 +14,7 @@ func TestProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ifaces) != 4 || ifaces[1] != (interfaceCounters{name: "eth0", rxBytes: 1000, rxErrors: 2, txBytes: 2000, txErrs: 3}) {
+	if len(ifaces) != 4 || ifaces[1] != (interfaceCounters{name: "eth0", rxBytes: 1000, rxPackets: 17393, rxErrors: 2, txBytes: 2000, txPackets: 14484, txErrs: 3}) {
 		t.Errorf("net/dev = %+v", ifaces)
 	}
 	if got := p.defaultRouteInterface("self"); got != "eth0" {

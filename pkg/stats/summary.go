@@ -37,6 +37,7 @@ import (
 const (
 	DefaultCgroupMount          = "/sys/fs/cgroup"
 	DefaultProcRoot             = "/proc"
+	DefaultSysRoot              = "/sys"
 	DefaultHousekeepingInterval = 10 * time.Second
 	DefaultVolumeStatsPeriod    = time.Minute
 	// minRateWindow is the shortest span a CPU rate is measured over.
@@ -127,6 +128,9 @@ type Config struct {
 	Unified *bool
 	// ProcRoot is the host's /proc; empty is DefaultProcRoot.
 	ProcRoot string
+	// SysRoot is the host's /sys (block device names, the system UUID);
+	// empty is DefaultSysRoot.
+	SysRoot string
 	// HousekeepingInterval is how often Run reads every cgroup; zero is
 	// DefaultHousekeepingInterval.
 	HousekeepingInterval time.Duration

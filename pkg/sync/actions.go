@@ -57,8 +57,9 @@ type podActions struct {
 	ContainersToResize []containerResize
 	ResizeRestarts     []string
 	// Done is set when nothing will run again: every container has ended
-	// for good under the restart policy, or an init container failed with
-	// restartPolicy Never. The pod is then stopped and its status final.
+	// for good under its own restart rules and policy (or the pod's), or
+	// an init container failed and is not to be restarted. The pod is
+	// then stopped and its status final.
 	Done bool
 }
 
@@ -75,7 +76,8 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 			a.SandboxAttempt = sb.Attempt + 1
 		}
 		// A pod that never restarts does not get a second sandbox once
-		// its containers have run: it is over.
+		// its containers have run: it is over, whatever the containers'
+		// own restart policies say (as for the kubelet).
 		if pod.Spec.RestartPolicy == v1.RestartPolicyNever && sb != nil && len(observed.Containers) > 0 {
 			a.KillPod, a.Done = true, true
 			return a
@@ -87,7 +89,7 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 			return a
 		}
 		for i := range pod.Spec.Containers {
-			if !succeededOnFailure(pod, observed, pod.Spec.Containers[i].Name) {
+			if !succeededOnFailure(pod, observed, &pod.Spec.Containers[i]) {
 				a.ContainersToStart = append(a.ContainersToStart, i)
 			}
 		}
@@ -131,7 +133,7 @@ func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeRes
 		case leftover(c, &pod.Spec.Containers[i], failedStarts):
 			anyToStart = true
 			a.ContainersToStartExisting = append(a.ContainersToStartExisting, c.ID)
-		case shouldRestart(pod, c):
+		case shouldRestart(pod, &pod.Spec.Containers[i], c):
 			anyToStart = true
 			a.ContainersToStart = append(a.ContainersToStart, i)
 			if c.State == runtime.ContainerCreated {
@@ -233,7 +235,9 @@ func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, pro
 				return p
 			case c.State == runtime.ContainerExited && c.ExitCode == 0:
 				continue
-			case pod.Spec.RestartPolicy == v1.RestartPolicyNever && c.State == runtime.ContainerExited:
+			case c.State == runtime.ContainerExited && !status.RestartsOnExit(pod, spec, c.ExitCode):
+				// Its rules, its own policy or the pod's say it is
+				// not run again: initialization has failed for good.
 				p.failed = true
 				return p
 			case leftover(c, spec, failedStarts):
@@ -280,32 +284,41 @@ func initActions(pod *v1.Pod, observed *runtime.PodStatus, sandboxID string, pro
 	return p
 }
 
-// shouldRestart says whether an app container that is not running is to
-// be started again under the pod's restart policy.
-func shouldRestart(pod *v1.Pod, c *runtime.ContainerStatus) bool {
+// shouldRestart says whether c, the newest app container of spec, not
+// running, is to be started again: an exited one as its restart rules,
+// its own restart policy or the pod's decide (status.RestartsOnExit).
+func shouldRestart(pod *v1.Pod, spec *v1.Container, c *runtime.ContainerStatus) bool {
 	if c.State == runtime.ContainerCreated || c.State == runtime.ContainerUnknown {
 		// It never ran (a failed start) or the runtime lost track: retry,
-		// unless the pod never restarts and it did run.
-		return pod.Spec.RestartPolicy != v1.RestartPolicyNever || c.StartedAt.IsZero()
+		// unless it never restarts and it did run. With no exit code, no
+		// rule can match: only the policies count, as for the kubelet's
+		// probe kills and init containers in an unknown state.
+		return restartPolicy(pod, spec) != v1.RestartPolicyNever || c.StartedAt.IsZero()
 	}
-	switch pod.Spec.RestartPolicy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return c.ExitCode != 0
-	default:
-		return true
-	}
+	return status.RestartsOnExit(pod, spec, c.ExitCode)
 }
 
-// succeededOnFailure: with restartPolicy OnFailure, a container that
-// already succeeded is not run again in a new sandbox.
-func succeededOnFailure(pod *v1.Pod, observed *runtime.PodStatus, name string) bool {
-	if pod.Spec.RestartPolicy != v1.RestartPolicyOnFailure {
+// succeededOnFailure: a container restarted only on failure (its own
+// restartPolicy OnFailure, or the pod's when it has none) that already
+// succeeded is not run again in a new sandbox. Any other is: the pod's
+// restart policy, not the container's, decides whether a new sandbox is
+// made at all.
+func succeededOnFailure(pod *v1.Pod, observed *runtime.PodStatus, spec *v1.Container) bool {
+	if restartPolicy(pod, spec) != v1.RestartPolicyOnFailure {
 		return false
 	}
-	c := latestOf(observed, name, false)
+	c := latestOf(observed, spec.Name, false)
 	return c != nil && c.State == runtime.ContainerExited && c.ExitCode == 0
+}
+
+// restartPolicy is the policy a container restarts under when no exit
+// code is there to match its rules against: its own when it has one,
+// else the pod's.
+func restartPolicy(pod *v1.Pod, c *v1.Container) v1.RestartPolicy {
+	if c.RestartPolicy != nil {
+		return v1.RestartPolicy(*c.RestartPolicy)
+	}
+	return pod.Spec.RestartPolicy
 }
 
 func readySandboxes(observed *runtime.PodStatus) int {

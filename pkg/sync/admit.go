@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/qos"
+	"github.com/nodeagent/nodeagent/pkg/timeline"
 )
 
 // sourceSyncPoll is how often admission looks whether the pod source has
@@ -180,11 +181,14 @@ func (d *Dispatcher) admit(ctx context.Context, uid types.UID) {
 		}
 		start := d.cfg.Clock.Now()
 		r = d.cfg.Admitter.Admit(logger, pod, node, admitted)
+		step := timeline.Step{Name: "admit", Start: start, End: d.cfg.Clock.Now()}
 		if r.Admit {
 			logger.V(2).Info("Pod step done", "step", "admit", "duration", d.cfg.Clock.Since(start))
 		} else {
 			logger.Info("Pod step failed", "step", "admit", "duration", d.cfg.Clock.Since(start), "err", r.Reason+": "+r.Message)
+			step.Error = r.Reason + ": " + r.Message
 		}
+		d.deps.timeline.Record(timelinePod(pod), step)
 	} else {
 		r.Admit = true // it started ending while it waited, and never ran
 	}

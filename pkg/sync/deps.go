@@ -121,7 +121,10 @@ type deps struct {
 	hooks       HookRunner
 	clock       clock.WithTicker
 	metrics     Metrics
+	timeline    Timeline
 	pulls       *pullSlots
+	// pullRecords judge pods' use of present images and record pulls.
+	pullRecords PullRecords
 	// runtimeClasses resolve pods' runtimeClassName to a handler.
 	runtimeClasses RuntimeClasses
 	// alloc and resizes are the pods' allocated and applied resources

@@ -105,9 +105,17 @@ type Config struct {
 	// Metrics records worker passes and pod start latency; nil records
 	// nothing.
 	Metrics Metrics
+	// Timeline records every step of each pod's life; nil records
+	// nothing.
+	Timeline Timeline
 	// Allocations keeps the resources each pod was given (in-place
 	// resize); nil keeps them in memory only.
 	Allocations *allocation.Store
+	// PullRecords decides whether a pod may use an image already present
+	// without pulling it with its own credentials, and records the pulls
+	// (imagePullCredentialsVerificationPolicy); nil lets every pod use
+	// every present image, as with KubeletEnsureSecretPulledImages off.
+	PullRecords PullRecords
 }
 
 // Dispatcher admits pods, hands pod updates to one Worker per pod UID,
@@ -168,6 +176,12 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	if cfg.RuntimeClasses == nil {
 		cfg.RuntimeClasses = noRuntimeClasses{}
 	}
+	if cfg.Timeline == nil {
+		cfg.Timeline = noTimeline{}
+	}
+	if cfg.PullRecords == nil {
+		cfg.PullRecords = trustAll{}
+	}
 	if cfg.HostsFile == "" {
 		cfg.HostsFile = runtime.EtcHostsPath
 	}
@@ -199,7 +213,9 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 			status: cfg.Status, events: cfg.Recorder, secrets: cfg.Secrets, volumes: cfg.Volumes,
 			env: cfg.Env, allocatable: cfg.Allocatable, cgroups: cfg.Cgroups, probes: cfg.Probes,
 			hooks: cfg.Hooks, clock: cfg.Clock, metrics: cfg.Metrics, pulls: newPullSlots(cfg.MaxParallelImagePulls),
+			pullRecords:    cfg.PullRecords,
 			runtimeClasses: cfg.RuntimeClasses, alloc: cfg.Allocations, resizes: newResizeConditions(),
+			timeline: cfg.Timeline,
 		},
 		settings: &settings{
 			podOptions: cfg.PodOptions, resources: cfg.Resources, runtimeHandler: cfg.RuntimeHandler,

@@ -11,7 +11,9 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
+	"github.com/nodeagent/nodeagent/pkg/pullrecords"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
@@ -101,14 +103,37 @@ func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageF
 		policy = defaultPullPolicy(req.image)
 	}
 	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: req.image}
+	// The pod's credentials are read once, when first needed: to judge
+	// its use of a present image, or for the pull.
+	var creds []runtime.PullCredential
+	var credsRead bool
+	podCreds := func() []runtime.PullCredential {
+		if !credsRead {
+			var err error
+			if creds, err = w.pullCredentials(ctx, p.pod, registry); err != nil {
+				klog.FromContext(ctx).V(2).Info("Reading image pull secrets failed", "err", err.Error())
+			}
+			credsRead = true
+		}
+		return creds
+	}
 	if policy != v1.PullAlways {
 		resp, err := w.deps.images.ImageStatus(ctx, spec, false)
 		if err != nil {
 			return fail(reasonErrImagePull, err.Error(), err, time.Second)
 		}
 		if img := resp.GetImage(); img != nil {
-			events.Eventf(about, v1.EventTypeNormal, eventPulled, "Container image %q already present on machine and can be accessed by the pod", req.image)
-			return imageRef(img, image), nil
+			v := w.deps.pullRecords.MustPull(ctx, req.image, img.GetId(), recordedSecrets(podCreds()))
+			if !v.Pull {
+				w.imagePresent(req.step)
+				events.Eventf(about, v1.EventTypeNormal, eventPulled, "Container image %q already present on machine and can be accessed by the pod", req.image)
+				return imageRef(img, image), nil
+			}
+			// Present, but not known to be the pod's to use: it goes
+			// through a pull with the pod's credentials, and under Never
+			// it is as absent, so that its presence is not revealed.
+			klog.FromContext(ctx).V(2).Info("Image present but the pod's credentials must be checked by a pull",
+				"image", req.image, "imageRef", img.GetId(), "reason", v.Reason)
 		}
 		if policy == v1.PullNever {
 			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", req.image)
@@ -129,11 +154,16 @@ func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageF
 		return fail(reasonImagePullBackOff, msg, runtime.ErrImagePullBack, wait)
 	}
 
-	auths, err := w.pullAuths(ctx, p.pod, registry)
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Reading image pull secrets failed", "err", err.Error())
+	auths := podCreds()
+	// The intent goes down before the pull: should the agent die during
+	// it, the image must not look preloaded at the next start.
+	if err := w.deps.pullRecords.PullStarting(req.image); err != nil {
+		msg := fmt.Sprintf("ErrImagePull: %v", err)
+		events.Eventf(about, v1.EventTypeWarning, eventFailed, "Failed to pull image %q: %v", req.image, err)
+		return fail(reasonErrImagePull, msg, fmt.Errorf("%w: %w", runtime.ErrImagePull, err), errImagePullShown)
 	}
 	var imageID string
+	used := -1
 	start := w.deps.clock.Now()
 	events.Eventf(about, v1.EventTypeNormal, eventPulling, "Pulling image %q", req.image)
 	var pulling time.Time
@@ -144,11 +174,12 @@ func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageF
 		}
 		defer release()
 		pulling = w.deps.clock.Now()
-		imageID, err = pullWithAuths(ctx, w.deps.images, spec, auths, p.sandboxCfg)
+		imageID, used, err = pullWithAuths(ctx, w.deps.images, spec, auths, p.sandboxCfg)
 		return err
 	})
 	w.start.pulled(start, w.deps.clock.Now())
 	if err != nil {
+		w.deps.pullRecords.PullFailed(ctx, req.image)
 		if ctx.Err() != nil {
 			// Abandoned for the pod's deletion: not the image's fault.
 			return fail(reasonErrImagePull, ctx.Err().Error(), ctx.Err(), time.Second)
@@ -158,6 +189,7 @@ func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageF
 		events.Eventf(about, v1.EventTypeWarning, eventFailed, "Failed to pull image %q: %v", req.image, err)
 		return fail(reasonErrImagePull, msg, fmt.Errorf("%w: %w", runtime.ErrImagePull, err), errImagePullShown)
 	}
+	w.deps.pullRecords.Pulled(ctx, req.image, imageID, usedCredentials(auths, used))
 	p.out.pullsDone = append(p.out.pullsDone, pullKey(req.image))
 	events.Eventf(about, v1.EventTypeNormal, eventPulled, "Successfully pulled image %q in %v (%v including waiting)",
 		req.image, w.deps.clock.Since(pulling), w.deps.clock.Since(start))
@@ -181,26 +213,29 @@ func defaultPullPolicy(image string) v1.PullPolicy {
 	return v1.PullIfNotPresent
 }
 
-// pullWithAuths tries each credential in turn, then none.
-func pullWithAuths(ctx context.Context, images Images, spec *runtimeapi.ImageSpec, auths []*runtimeapi.AuthConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error) {
+// pullWithAuths pulls without credentials when there are none, else
+// tries each in turn (and not without, as the kubelet does). It returns
+// the index of the credential that pulled, -1 for none.
+func pullWithAuths(ctx context.Context, images Images, spec *runtimeapi.ImageSpec, auths []runtime.PullCredential, sandboxCfg *runtimeapi.PodSandboxConfig) (string, int, error) {
 	if len(auths) == 0 {
-		return images.PullImage(ctx, spec, nil, sandboxCfg)
+		id, err := images.PullImage(ctx, spec, nil, sandboxCfg)
+		return id, -1, err
 	}
 	var errs []error
-	for _, a := range auths {
-		id, err := images.PullImage(ctx, spec, a, sandboxCfg)
+	for i, a := range auths {
+		id, err := images.PullImage(ctx, spec, a.Auth, sandboxCfg)
 		if err == nil {
-			return id, nil
+			return id, i, nil
 		}
 		errs = append(errs, err)
 	}
-	return "", errors.Join(errs...)
+	return "", -1, errors.Join(errs...)
 }
 
-// pullAuths reads the pod's image pull secrets and returns the
+// pullCredentials reads the pod's image pull secrets and returns the
 // credentials for registry. Missing secrets are skipped, as the kubelet
 // does, so that a pull still gets tried anonymously.
-func (w *Worker) pullAuths(ctx context.Context, pod *v1.Pod, registry string) ([]*runtimeapi.AuthConfig, error) {
+func (w *Worker) pullCredentials(ctx context.Context, pod *v1.Pod, registry string) ([]runtime.PullCredential, error) {
 	var secrets []*v1.Secret
 	var errs []error
 	for _, ref := range pod.Spec.ImagePullSecrets {
@@ -221,4 +256,54 @@ func imageRef(img *runtimeapi.Image, name string) string {
 		return img.GetId()
 	}
 	return name
+}
+
+// PullRecords remembers which credentials pulled each image and judges a
+// pod's use of an image already present (pkg/pullrecords). Each
+// PullStarting is followed by one Pulled or PullFailed for the image.
+type PullRecords interface {
+	// MustPull judges a pod asking for image, present as imageRef, with
+	// pod its credentials for the image's registry.
+	MustPull(ctx context.Context, image, imageRef string, pod []kubeletv1beta1.ImagePullSecret) pullrecords.Verdict
+	// PullStarting records the intent to pull before the pull; an error
+	// stops the pull.
+	PullStarting(image string) error
+	// Pulled records a successful pull and the credentials that made it.
+	Pulled(ctx context.Context, image, imageRef string, used *kubeletv1beta1.ImagePullCredentials)
+	// PullFailed ends a pull that failed or was abandoned.
+	PullFailed(ctx context.Context, image string)
+}
+
+var _ PullRecords = (*pullrecords.Tracker)(nil)
+
+// trustAll is PullRecords with the KubeletEnsureSecretPulledImages gate
+// off: any present image is any pod's, and nothing is recorded.
+type trustAll struct{}
+
+func (trustAll) MustPull(context.Context, string, string, []kubeletv1beta1.ImagePullSecret) pullrecords.Verdict {
+	return pullrecords.Verdict{Reason: pullrecords.ReasonPolicy}
+}
+func (trustAll) PullStarting(string) error                                                    { return nil }
+func (trustAll) Pulled(context.Context, string, string, *kubeletv1beta1.ImagePullCredentials) {}
+func (trustAll) PullFailed(context.Context, string)                                           {}
+
+// recordedSecrets are a pod's credentials as pull records name them.
+func recordedSecrets(creds []runtime.PullCredential) []kubeletv1beta1.ImagePullSecret {
+	out := make([]kubeletv1beta1.ImagePullSecret, 0, len(creds))
+	for _, c := range creds {
+		out = append(out, kubeletv1beta1.ImagePullSecret{
+			UID: string(c.UID), Namespace: c.Namespace, Name: c.Name, CredentialHash: c.Hash,
+		})
+	}
+	return out
+}
+
+// usedCredentials is what a pull that succeeded with creds[i] (or
+// without credentials, i < 0) is recorded as: that secret, or open to
+// every pod on the node.
+func usedCredentials(creds []runtime.PullCredential, i int) *kubeletv1beta1.ImagePullCredentials {
+	if i < 0 || i >= len(creds) {
+		return &kubeletv1beta1.ImagePullCredentials{NodePodsAccessible: true}
+	}
+	return &kubeletv1beta1.ImagePullCredentials{KubernetesSecrets: recordedSecrets(creds[i : i+1])}
 }

@@ -125,7 +125,12 @@ func (w *Worker) stopContainer(ctx context.Context, pod *v1.Pod, spec *v1.Contai
 		start := w.deps.clock.Now()
 		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
 		t := probe.Target{Pod: pod, Container: spec, ContainerID: id, PodIP: ip}
-		msg, err := w.deps.hooks.RunHook(hctx, t, spec.Lifecycle.PreStop)
+		var msg string
+		err := w.timed(ctx, "preStop:"+spec.Name, func() error {
+			var err error
+			msg, err = w.deps.hooks.RunHook(hctx, t, spec.Lifecycle.PreStop)
+			return err
+		})
 		cancel()
 		if err != nil {
 			klog.FromContext(ctx).V(1).Info("PreStop hook failed", "container", spec.Name, "err", err.Error())

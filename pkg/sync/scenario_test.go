@@ -26,6 +26,8 @@ import (
 // out as a real one would, so a script reads as the pod's story:
 //
 //	pod policy=Never init=i1 containers=a,b [sidecars=s] [deadline=30] [grace=5]
+//	    [own=a:Never,...] [restart-on=a:42,...]  a container's own restartPolicy;
+//	                                           a rule restarting it on that exit code
 //	run NAME | create NAME | exit NAME CODE    the runtime changes by itself
 //	sandbox-dies                               the latest sandbox stops
 //	probe NAME liveness=failure                a probe's verdict
@@ -231,6 +233,21 @@ func scenarioPod(args map[string]string) *v1.Pod {
 	for _, n := range list(args["containers"]) {
 		pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: n, Image: "img-" + n,
 			LivenessProbe: &v1.Probe{}})
+	}
+	for _, kv := range list(args["own"]) {
+		name, policy, _ := strings.Cut(kv, ":")
+		if c, _ := specContainer(pod, name, false); c != nil {
+			p := v1.ContainerRestartPolicy(policy)
+			c.RestartPolicy = &p
+		}
+	}
+	for _, kv := range list(args["restart-on"]) {
+		name, code, _ := strings.Cut(kv, ":")
+		n, _ := strconv.ParseInt(code, 10, 32)
+		if c, _ := specContainer(pod, name, false); c != nil {
+			c.RestartPolicyRules = append(c.RestartPolicyRules, v1.ContainerRestartRule{Action: v1.ContainerRestartRuleActionRestart,
+				ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{int32(n)}}})
+		}
 	}
 	if d, ok := args["deadline"]; ok {
 		n, _ := strconv.ParseInt(d, 10, 64)

@@ -419,12 +419,16 @@ func podDesc(pod *v1.Pod) string {
 	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
 }
 
-// timed runs one step of a pod's start, timed, and logs it as one line.
+// timed runs one step of a pod's life, timed, logs it as one line and
+// records it in the pod's timeline.
 func (w *Worker) timed(ctx context.Context, name string, fn func() error) error {
 	start := w.deps.clock.Now()
+	id := w.deps.timeline.Begin(w.timelinePod(), name, start)
 	err := fn()
 	logger := klog.FromContext(ctx)
-	d := w.deps.clock.Since(start)
+	end := w.deps.clock.Now()
+	d := end.Sub(start)
+	w.deps.timeline.End(w.uid, id, end, err)
 	if err != nil {
 		logger.Info("Pod step failed", "step", name, "duration", d, "err", err.Error())
 		return err

@@ -136,7 +136,7 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 			errs = append(errs, err)
 		}
 	}
-	if err := w.deps.volumes.UnmountPod(ctx, pod.UID); err != nil {
+	if err := w.timed(ctx, "unmountVolumes", func() error { return w.deps.volumes.UnmountPod(ctx, pod.UID) }); err != nil {
 		errs = append(errs, err)
 	}
 	if pod.Namespace != "" && pod.Name != "" {

@@ -190,6 +190,7 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 	switch {
 	case s.kind == stepDone:
 		klog.FromContext(ctx).V(2).Info("Pod removed")
+		w.deps.timeline.Forget(w.uid, now)
 		w.deps.resizes.forget(w.uid)
 		if err := w.deps.alloc.Remove(w.uid); err != nil {
 			klog.FromContext(ctx).Error(err, "Forgetting the pod's allocation failed")
@@ -267,6 +268,7 @@ func (w *Worker) report(pod *v1.Pod, observed *runtime.PodStatus) {
 	w.deps.probes.UpdatePod(pod, observed)
 	st := w.computeStatus(pod, observed, false)
 	w.start.observe(w.deps.metrics, pod, st, w.deps.clock.Now())
+	w.deps.timeline.ObserveStatus(timelinePod(pod), &st, w.deps.clock.Now())
 	w.deps.status.Set(pod, st)
 }
 

@@ -114,7 +114,8 @@ func TestEvictionOnASmallNodeFilesystem(t *testing.T) {
 		pressed := time.Now()
 		p := ev.pod("latecomer", "sleep 3600")
 		ev.create(t, p)
-		ev.waitEvicted(t, p.Name, func(msg string) bool { return msg == "The node had condition: [DiskPressure]. " })
+		// The kubelet's admission refusal, with the status prefix it puts on every refusal.
+		ev.waitEvicted(t, p.Name, func(msg string) bool { return msg == "Pod was rejected: The node had condition: [DiskPressure]. " })
 		if err := os.Remove(ballast); err != nil {
 			t.Fatal(err)
 		}
