@@ -371,6 +371,9 @@ func TestMirrorPodsAreNotRun(t *testing.T) {
 		t.Fatalf("the mirror handler got %+v", got)
 	}
 	eventually(t, "the source has synced", src.HasSynced)
+	// A deletion made before the informer's watch starts would be missed
+	// by the fake clientset.
+	waitForWatch(t, client)
 	if got := src.MirrorPods(); len(got) != 1 || got[0].Name != "mirrored" {
 		t.Errorf("MirrorPods = %v", got)
 	}

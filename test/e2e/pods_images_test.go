@@ -3,14 +3,11 @@
 package e2e
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
 	"github.com/nodeagent/nodeagent/test/harness"
@@ -73,22 +70,7 @@ func TestImagePullErrors(t *testing.T) {
 // TestPullSecretOpensProtectedRegistry: the pod's imagePullSecrets reach the runtime.
 func TestPullSecretOpensProtectedRegistry(t *testing.T) {
 	t.Parallel()
-	cs := framework.Client(t)
-	ctx := framework.Context(t, 3*time.Minute)
-	auth := base64.StdEncoding.EncodeToString([]byte(harness.RegistryUser + ":" + harness.RegistryPass))
-	cfg, err := json.Marshal(map[string]any{"auths": map[string]any{harness.AuthRegistry: map[string]string{"auth": auth}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, err := cs.CoreV1().Secrets(podNS).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "regcred-"},
-		Type:       corev1.SecretTypeDockerConfigJson,
-		Data:       map[string][]byte{corev1.DockerConfigJsonKey: cfg},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create secret: %v", err)
-	}
-	t.Cleanup(func() { _ = cs.CoreV1().Secrets(podNS).Delete(ctx, secret.Name, metav1.DeleteOptions{}) })
+	secret := createRegistrySecret(t)
 	pod := imagePod("secret", harness.AuthRegistry+"/e2e-test-images/busybox:"+harness.BusyboxE2ETag, corev1.PullAlways)
 	pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: secret.Name}}
 	pod = createPod(t, pod)
