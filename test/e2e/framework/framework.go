@@ -179,15 +179,17 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	}
 }
 
-// RunReady creates pod and waits up to 3 minutes for it to be Ready, returning it as it is
-// then; it is deleted (grace 0) when the test ends.
+// RunReady creates pod (a generateName works) and waits up to 3 minutes for it to be Ready,
+// returning it as it is then; it is deleted (grace 0) when the test ends.
 func RunReady(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	ctx := Context(t, 3*time.Minute)
 	cs := Client(t)
-	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	created, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	pod = created // its name, when the pod asked for a generated one
 	t.Cleanup(func() {
 		zero := int64(0)
 		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
