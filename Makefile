@@ -46,6 +46,10 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
+	@# A file the build leaves out (a _windows or _arm64 name suffix, a stray build tag) holds
+	@# code, or tests, that never run here.
+	@ignored="$$($(GO) list -tags e2e -f '{{.ImportPath}} {{.IgnoredGoFiles}}' ./... | grep -v ' \[\]$$')"; \
+		test -z "$$ignored" || { echo "files the build ignores on this platform:"; echo "$$ignored"; exit 1; }
 
 # One cluster per suite; the lifecycle suite checks the teardown of the first; the multinode
 # suite runs two nodes (NODES=2) and checks that nothing of either is left; csi-sanity

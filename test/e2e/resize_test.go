@@ -40,10 +40,16 @@ func resizePod(t *testing.T, pod *corev1.Pod, sizes map[string][2]string) *corev
 		Name      string                      `json:"name"`
 		Resources corev1.ResourceRequirements `json:"resources"`
 	}
+	// In the pod's order: a strategic merge patch's list may reorder the
+	// containers, which a resize may not.
 	var cs []ctr
-	for name, s := range sizes {
+	for _, c := range pod.Spec.Containers {
+		s, ok := sizes[c.Name]
+		if !ok {
+			continue
+		}
 		l := rlist("cpu", s[0], "memory", s[1])
-		cs = append(cs, ctr{Name: name, Resources: corev1.ResourceRequirements{Requests: l, Limits: l}})
+		cs = append(cs, ctr{Name: c.Name, Resources: corev1.ResourceRequirements{Requests: l, Limits: l}})
 	}
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"containers": cs}})
 	if err != nil {
