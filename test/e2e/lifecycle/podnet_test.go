@@ -236,16 +236,25 @@ func removeSandboxes(ctx context.Context, t *testing.T, cfg *harness.Config, nam
 		t.Fatal(err)
 	}
 	defer closeFn()
-	resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range resp.Items {
-		if !slices.Contains(names, sb.GetMetadata().GetName()) {
-			continue
+	// The agent removes them too, once the pods are gone: a removal may race its own (the
+	// runtime then tears down a network that is going), so each round removes what is left
+	// and the helper is done when none is.
+	framework.Eventually(t, time.Minute, func() error {
+		resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			return err
 		}
-		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			t.Fatalf("remove the sandbox of %s: %v", sb.GetMetadata().GetName(), err)
+		var errs []error
+		for _, sb := range resp.Items {
+			if !slices.Contains(names, sb.GetMetadata().GetName()) {
+				continue
+			}
+			if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+				errs = append(errs, fmt.Errorf("remove the sandbox of %s: %w", sb.GetMetadata().GetName(), err))
+			} else {
+				errs = append(errs, fmt.Errorf("the sandbox of %s was there", sb.GetMetadata().GetName()))
+			}
 		}
-	}
+		return errors.Join(errs...)
+	})
 }
