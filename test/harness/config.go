@@ -134,6 +134,11 @@ type Config struct {
 	// enough for a test to fill, and filling it leaves the machine's alone. Teardown
 	// unmounts it with the rest of the run dir. One node, not with Kubeadm.
 	AgentRootFS int64
+	// RuntimeRootFS, when more than zero, puts the runtime's root directory (containerd's
+	// content store and snapshots: the node's image filesystem) on an ext4 filesystem of
+	// that many bytes of its own, as AgentRootFS the agent's: image garbage collection by
+	// disk usage can then be driven by a test. One node, not with Kubeadm.
+	RuntimeRootFS int64
 	// AgentConfigExtra is KubeletConfiguration, as YAML fields without apiVersion and kind,
 	// that every node's agent gets over the harness's own (AgentConfig) in a drop-in of its
 	// --config-dir, as an administrator adds settings: eviction thresholds, periods. A test
@@ -243,6 +248,9 @@ func (c *Config) Complete() error {
 	}
 	if c.AgentRootFS < 0 || (c.AgentRootFS > 0 && (c.Kubeadm || c.NodeCount > 1)) {
 		return fmt.Errorf("agent root filesystem of %d bytes: want a size, on one node without kubeadm", c.AgentRootFS)
+	}
+	if c.RuntimeRootFS < 0 || (c.RuntimeRootFS > 0 && (c.Kubeadm || c.NodeCount > 1)) {
+		return fmt.Errorf("runtime root filesystem of %d bytes: want a size, on one node without kubeadm", c.RuntimeRootFS)
 	}
 	if c.AgentConfigExtra != "" && c.Kubeadm {
 		return errors.New("extra agent configuration: kubeadm's nodes are configured by kubeadm")

@@ -26,6 +26,13 @@ func (c *Config) containerdPaths() (root, state, runcRoot, certs, cniConf, ipam 
 		c.path("containerd", "certs.d"), c.path("cni", "net.d"), c.path("cni", "ipam")
 }
 
+// RuntimeRootDir is the first node's containerd root: its content store and snapshots, the
+// node's image filesystem.
+func (c *Config) RuntimeRootDir() string {
+	root, _, _, _, _, _ := c.containerdPaths()
+	return root
+}
+
 // pauseImage is the sandbox image: the name a kubelet user expects, served by the local
 // registry through the registry.k8s.io mirror.
 func pauseImage() string { return "registry.k8s.io/pause:" + PauseTag }
@@ -203,6 +210,11 @@ func (c *Config) startNodeContainerd(ctx context.Context, n Node) error {
 	}
 	if err := c.writeContainerdConfig(n); err != nil {
 		return err
+	}
+	if c.RuntimeRootFS > 0 && n.Index == 0 {
+		if err := c.mountRuntimeRootFS(ctx); err != nil {
+			return err
+		}
 	}
 	// The path of the config is the same on every node: each sees its own there.
 	if _, err := c.startNodeDaemon(n, "containerd", bin, []string{"--config", c.path("containerd", "config.toml")}, env); err != nil {

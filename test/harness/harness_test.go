@@ -98,6 +98,8 @@ func TestAgentRootFSAndExtraConfig(t *testing.T) {
 		{"a negative size", func(c *Config) { c.AgentRootFS = -1 }},
 		{"several nodes", func(c *Config) { c.AgentRootFS = 300 << 20; c.NodeCount = 2; c.PodNetwork = PodNetworkAgent }},
 		{"kubeadm", func(c *Config) { c.AgentRootFS = 300 << 20; c.Kubeadm = true; c.NodeCount = 3; c.PodNetwork = "" }},
+		{"a negative runtime root size", func(c *Config) { c.RuntimeRootFS = -1 }},
+		{"runtime root on several nodes", func(c *Config) { c.RuntimeRootFS = 300 << 20; c.NodeCount = 2; c.PodNetwork = PodNetworkAgent }},
 		{"extra config with kubeadm", func(c *Config) { c.AgentConfigExtra = "x: y\n"; c.Kubeadm = true; c.NodeCount = 3; c.PodNetwork = "" }},
 	} {
 		cfg := base()
@@ -114,7 +116,7 @@ func TestAgentRootFSAndExtraConfig(t *testing.T) {
 	}
 
 	cfg := base()
-	cfg.AgentRootFS, cfg.AgentConfigExtra = 300<<20, "evictionHard: {nodefs.available: 40%}\n"
+	cfg.AgentRootFS, cfg.RuntimeRootFS, cfg.AgentConfigExtra = 300<<20, 600<<20, "evictionHard: {nodefs.available: 40%}\n"
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}

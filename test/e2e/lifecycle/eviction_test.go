@@ -207,25 +207,10 @@ func (e *evictionSuite) assertRunning(t *testing.T, name string) {
 }
 
 // waitDiskPressure waits for the node's DiskPressure condition to have the status and
-// reason, taken on after since (to the second the apiserver keeps).
+// reason, taken on after since.
 func (e *evictionSuite) waitDiskPressure(t *testing.T, status corev1.ConditionStatus, reason string, since time.Time) {
 	t.Helper()
-	framework.Eventually(t, 3*time.Minute, func() error {
-		node, err := e.cs.CoreV1().Nodes().Get(e.ctx, harness.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeDiskPressure {
-				if c.Status != status || c.Reason != reason || c.LastTransitionTime.Time.Before(since.Truncate(time.Second)) {
-					return fmt.Errorf("DiskPressure %s (%s) since %s, want %s (%s) since %s", c.Status, c.Reason,
-						c.LastTransitionTime.Format(time.RFC3339), status, reason, since.Format(time.RFC3339))
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("node %s has no DiskPressure condition", harness.NodeName)
-	})
+	e.waitNodeCondition(t, corev1.NodeDiskPressure, status, reason, since)
 }
 
 // fillAgentFS writes a file into the agent's filesystem, outside every pod, until only
