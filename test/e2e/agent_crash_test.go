@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
@@ -134,4 +135,87 @@ func TestAgentKilledBetweenCreateAndStart(t *testing.T) {
 			t.Errorf("pod %s: %d containers named %s in the runtime, want the one", pod.Name, n, name)
 		}
 	}
+}
+
+// TestLeftoversOfAKilledAgentCollected is not parallel: the agent dies and comes back.
+// What an agent killed at the wrong moment leaves in the runtime is collected by the next:
+// a pod deleted while the agent was dead, whose container was left CREATED (killed between
+// create and start) and whose sandbox had been stopped (killed in its termination), leaves
+// neither container nor sandbox; and a running pod whose sandbox exited meanwhile runs
+// again, in one new ready sandbox.
+func TestLeftoversOfAKilledAgentCollected(t *testing.T) {
+	requireNodeagent(t)
+	ctx := framework.Context(t, 8*time.Minute)
+	cfg := framework.Cluster(t)
+	cs := framework.Client(t)
+	rt, _ := framework.CRI(t)
+	live := waitPod(t, createPod(t, busyboxPod("sandbox-exits", corev1.RestartPolicyAlways, "sleep 3600")), 2*time.Minute, runningAndReady)
+
+	killAgent(t, cfg)
+	if err := cfg.StartAgent(ctx, "--create-start-delay=5m"); err != nil {
+		t.Fatalf("start the agent with --create-start-delay: %v", err)
+	}
+	delayed := true
+	t.Cleanup(func() {
+		if delayed {
+			killAgent(t, cfg)
+			if err := cfg.StartAgent(context.Background()); err != nil {
+				t.Errorf("start the agent again: %v", err)
+			}
+		}
+	})
+	gone := createPod(t, busyboxPod("deleted-while-created", corev1.RestartPolicyAlways, "sleep 3600"))
+	framework.Eventually(t, 2*time.Minute, func() error {
+		if c := containersOfPod(t, string(gone.UID)); len(c) != 1 || c[0].State != runtimeapi.ContainerState_CONTAINER_CREATED {
+			return fmt.Errorf("pod %s: containers %s, want one created", gone.Name, describeContainers(c))
+		}
+		return nil
+	})
+	killAgent(t, cfg)
+
+	oldLive := sandboxesOf(t, string(live.UID))
+	goneSandboxes := sandboxesOf(t, string(gone.UID))
+	if len(oldLive) != 1 || len(goneSandboxes) != 1 {
+		t.Fatalf("sandboxes: %d of %s, %d of %s; want one each", len(oldLive), live.Name, len(goneSandboxes), gone.Name)
+	}
+	for _, sb := range []*runtimeapi.PodSandbox{oldLive[0], goneSandboxes[0]} {
+		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			t.Fatalf("CRI StopPodSandbox %s: %v", sb.Id, err)
+		}
+	}
+	zero := int64(0)
+	if err := cs.CoreV1().Pods(gone.Namespace).Delete(ctx, gone.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.StartAgent(ctx); err != nil {
+		t.Fatalf("start the agent again: %v", err)
+	}
+	delayed = false
+
+	framework.Eventually(t, 3*time.Minute, func() error {
+		c, sb := containersOfPod(t, string(gone.UID)), sandboxesOf(t, string(gone.UID))
+		if len(c) > 0 || len(sb) > 0 {
+			return fmt.Errorf("deleted pod %s: containers %s and %d sandboxes left", gone.Name, describeContainers(c), len(sb))
+		}
+		return nil
+	})
+	framework.Eventually(t, 3*time.Minute, func() error {
+		p, err := cs.CoreV1().Pods(live.Namespace).Get(ctx, live.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := runningAndReady(p); err != nil {
+			return err
+		}
+		var ready []string
+		for _, sb := range sandboxesOf(t, string(live.UID)) {
+			if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+				ready = append(ready, sb.Id)
+			}
+		}
+		if len(ready) != 1 || ready[0] == oldLive[0].Id {
+			return fmt.Errorf("pod %s: ready sandboxes %q, want one new (the old was %s)", live.Name, ready, oldLive[0].Id)
+		}
+		return nil
+	})
 }
