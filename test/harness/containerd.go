@@ -33,6 +33,13 @@ func (c *Config) RuntimeRootDir() string {
 	return root
 }
 
+// PodIPAMDir is where the harness's pod network (host-local IPAM) records the first node's
+// pod IPs in use: a file per IP under a directory per network.
+func (c *Config) PodIPAMDir() string {
+	_, _, _, _, _, ipam := c.containerdPaths()
+	return ipam
+}
+
 // pauseImage is the sandbox image: the name a kubelet user expects, served by the local
 // registry through the registry.k8s.io mirror.
 func pauseImage() string { return "registry.k8s.io/pause:" + PauseTag }

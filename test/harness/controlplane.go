@@ -68,6 +68,22 @@ rules:
 // AuditLog is the apiserver's audit log of the node's requests.
 func (c *Config) AuditLog() string { return c.path("logs", "audit.log") }
 
+// StopAPIServer stops the kube-apiserver as an outage would: etcd, the controllers and the
+// nodes keep running.
+func (c *Config) StopAPIServer(ctx context.Context) error {
+	return c.stopDaemon(ctx, "kube-apiserver", 30*time.Second)
+}
+
+// StartAPIServer starts the kube-apiserver again after StopAPIServer, and waits for it to
+// be ready.
+func (c *Config) StartAPIServer(ctx context.Context) error {
+	bin, err := c.EnsureUpstream(ctx)
+	if err != nil {
+		return err
+	}
+	return c.startAPIServer(ctx, bin)
+}
+
 func (c *Config) startAPIServer(ctx context.Context, bin string) error {
 	if err := writeFiles(c.path("pki"), map[string]string{"audit-policy.yaml": auditPolicy}); err != nil {
 		return err
