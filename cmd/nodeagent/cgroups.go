@@ -107,5 +107,6 @@ func containerResourceOptions(cfg *agentConfig, machine node.Machine) qos.NodeOp
 		MemoryCapacity:    machine.MemoryBytes,
 		HugePageSizes:     cgroups.HostHugePageSizes(),
 		OOMKillGroup:      unified && !single,
+		Swap:              hostSwap("", kc.MemorySwap.SwapBehavior, unified),
 	}
 }

@@ -136,7 +136,7 @@ var configFields = map[string]fieldRule{
 	"maxPods":                              {class: honoured, note: "pod capacity and admission (pkg/node, pkg/sync)"},
 	"memoryManagerPolicy":                  {class: refused, note: "the memory manager is not implemented: pods would not get the NUMA memory placement the policy promises"},
 	"memoryReservationPolicy":              {class: warned, note: "no memory.min or memory.low protection is set"},
-	"memorySwap.swapBehavior":              {class: warned, note: "swap behaviour is not applied to containers"},
+	"memorySwap.swapBehavior":              {class: honoured, note: "containers' swap limits (pkg/qos/swap.go); LimitedSwap on cgroup v1 refused at start, as the kubelet does"},
 	"memoryThrottlingFactor":               {class: warned, note: "memory.high is not set (memory QoS is not implemented)"},
 	"mergeDefaultEvictionSettings":         {class: honoured, note: "evictionHard defaulting (defaults.go)"},
 	"nodeLeaseDurationSeconds":             {class: honoured, note: "node lease (pkg/node)"},

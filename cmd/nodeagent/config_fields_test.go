@@ -168,7 +168,7 @@ func TestCheckConfigFields(t *testing.T) {
 		{name: "nested field", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.MemorySwap.SwapBehavior = "LimitedSwap"
 			kc.UserNamespaces = &kubeletv1beta1.UserNamespaces{IDsPerPod: ptr.To[int64](131072)}
-		}, warnings: []string{"memorySwap.swapBehavior", "userNamespaces.idsPerPod"}},
+		}, warnings: []string{"userNamespaces.idsPerPod"}},
 		{name: "logging", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.Logging.Format = "json"
 		}, warnings: []string{"logging"}},

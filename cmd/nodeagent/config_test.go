@@ -152,6 +152,8 @@ func TestConfigFileErrors(t *testing.T) {
 		{name: "negative duration", content: header + "syncFrequency: -1s\n", want: "syncFrequency: must be > 0"},
 		{name: "bad eviction", content: header + "evictionHard:\n  memory.available: lots\n", want: "evictionHard[memory.available]"},
 		{name: "bad endpoint", content: header + "containerRuntimeEndpoint: tcp://x:1\n", want: "containerRuntimeEndpoint"},
+		{name: "bad swap behaviour", content: header + "memorySwap:\n  swapBehavior: UnlimitedSwap\n",
+			want: `memorySwap.swapBehavior: "UnlimitedSwap" must be one of: "", "LimitedSwap" or "NoSwap"`},
 		{name: "wrong kind", content: "apiVersion: v1\nkind: Pod\n", want: "want apiVersion kubelet.config.k8s.io/v1beta1"},
 		{name: "wrong type", content: header + "maxPods: many\n", want: "maxPods"},
 		{name: "bad healthz address", content: header + "healthzBindAddress: localhost\n", want: "healthzBindAddress"},

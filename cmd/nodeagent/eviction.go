@@ -39,6 +39,7 @@ type evictionDeps struct {
 	imageFsInfo func(context.Context) (*runtimeapi.ImageFsInfoResponse, error)
 	recorder    eviction.Recorder
 	pressure    *eviction.Pressure
+	metrics     eviction.Metrics
 }
 
 // newEvictionManager builds the eviction manager from the configuration
@@ -62,6 +63,7 @@ func newEvictionManager(cfg *agentConfig, deps evictionDeps) (*eviction.Manager,
 		Recorder:                      deps.recorder,
 		Node:                          &v1.ObjectReference{Kind: "Node", Name: cfg.nodeName, UID: types.UID(cfg.nodeName)},
 		Pressure:                      deps.pressure,
+		Metrics:                       deps.metrics,
 		Clock:                         clock.RealClock{},
 	})
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
 	"github.com/nodeagent/nodeagent/pkg/allocation"
+	"github.com/nodeagent/nodeagent/pkg/cgroups"
 	"github.com/nodeagent/nodeagent/pkg/config"
 	"github.com/nodeagent/nodeagent/pkg/eviction"
 	"github.com/nodeagent/nodeagent/pkg/gc"
@@ -62,6 +63,9 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	}
 	defer locks.Close()
 	if err := checkSwap(procSwaps, kc.FailSwapOn != nil && *kc.FailSwapOn); err != nil {
+		return err
+	}
+	if err := checkSwapBehavior(kc.MemorySwap.SwapBehavior, cgroups.HostUnified()); err != nil {
 		return err
 	}
 	started := time.Now()
@@ -161,6 +165,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		KubeletVersion:         cfg.version,
 		VolumesInUse:           func() []v1.UniqueVolumeName { return volumes.VolumesInUse() },
 		Pressure:               pressure,
+		Recorder:               recorder,
 	})
 	if err != nil {
 		return err
@@ -341,7 +346,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		imageFsInfo: func(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
 			return cri.ImageService().ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
 		},
-		recorder: recorder, pressure: pressure,
+		recorder: recorder, pressure: pressure, metrics: agentMetrics,
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodeagent/nodeagent/pkg/eviction"
 	"github.com/nodeagent/nodeagent/pkg/node"
+	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
@@ -59,6 +60,11 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 	}
 	if kc.MaxPods <= 0 {
 		fail("maxPods", "must be > 0")
+	}
+	switch kc.MemorySwap.SwapBehavior {
+	case "", qos.NoSwap, qos.LimitedSwap:
+	default:
+		fail("memorySwap.swapBehavior", "%q must be one of: \"\", %q or %q", kc.MemorySwap.SwapBehavior, qos.LimitedSwap, qos.NoSwap)
 	}
 	if kc.Port < 1 || kc.Port > 65535 {
 		fail("port", "must be between 1 and 65535, got %d", kc.Port)

@@ -89,13 +89,14 @@ func (f *fakeStats) Summary(context.Context, bool) (*statsapi.Summary, error) {
 	return f.summaries[i], nil
 }
 
-// fakePods records evictions.
+// fakePods records evictions, and the condition each asked for.
 type fakePods struct {
-	mu      gosync.Mutex
-	pods    []*v1.Pod
-	refuse  map[types.UID]bool
-	evicted []string
-	ended   map[types.UID]bool
+	mu         gosync.Mutex
+	pods       []*v1.Pod
+	refuse     map[types.UID]bool
+	evicted    []string
+	conditions []*v1.PodCondition
+	ended      map[types.UID]bool
 }
 
 func (f *fakePods) ActivePods() []*v1.Pod {
@@ -104,14 +105,28 @@ func (f *fakePods) ActivePods() []*v1.Pod {
 	return f.pods
 }
 
-func (f *fakePods) Evict(uid types.UID, reason, message string, grace int64) error {
+func (f *fakePods) Evict(uid types.UID, reason, message string, grace int64, condition *v1.PodCondition) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refuse[uid] {
 		return errors.New("pod is not running")
 	}
 	f.evicted = append(f.evicted, fmt.Sprintf("%s grace=%d %s: %s", uid, grace, reason, message))
+	f.conditions = append(f.conditions, condition)
 	return nil
+}
+
+// fakeMetrics records evictions as signal names and stats ages as
+// "signal age".
+type fakeMetrics struct {
+	evictions []string
+	ages      []string
+}
+
+func (m *fakeMetrics) ObserveEviction(signal string) { m.evictions = append(m.evictions, signal) }
+
+func (m *fakeMetrics) ObserveEvictionStatsAge(signal string, age time.Duration) {
+	m.ages = append(m.ages, fmt.Sprintf("%s %s", signal, age))
 }
 
 func (f *fakePods) PodEnded(uid types.UID) bool {

@@ -15,11 +15,20 @@ import (
 // involved, and every such pod goes in the same pass, before the node's
 // thresholds are looked at, as in the kubelet.
 
+// The pseudo-signals local storage evictions are counted under in
+// kubelet_evictions, the kubelet's.
+const (
+	signalEmptyDirFsLimit           = "emptydirfs.limit"
+	signalEphemeralPodFsLimit       = "ephemeralpodfs.limit"
+	signalEphemeralContainerFsLimit = "ephemeralcontainerfs.limit"
+)
+
 // limitBreach is a pod over one of its local storage limits, with the
-// kubelet's message for it.
+// kubelet's message for it and the limit's pseudo-signal.
 type limitBreach struct {
 	pod     *v1.Pod
 	message string
+	signal  string
 }
 
 // overLimits finds the pods, in the order given, that use more local
@@ -40,13 +49,16 @@ func overLimits(pods []*v1.Pod, usage podUsage, dedicatedImageFs bool) []limitBr
 		if !ok {
 			continue
 		}
-		for _, check := range []func() (string, bool){
-			func() (string, bool) { return emptyDirOverLimit(pod, stats) },
-			func() (string, bool) { return podOverLimit(pod, stats) },
-			func() (string, bool) { return containerOverLimit(pod, stats, dedicatedImageFs) },
+		for _, check := range []struct {
+			signal string
+			over   func() (string, bool)
+		}{
+			{signalEmptyDirFsLimit, func() (string, bool) { return emptyDirOverLimit(pod, stats) }},
+			{signalEphemeralPodFsLimit, func() (string, bool) { return podOverLimit(pod, stats) }},
+			{signalEphemeralContainerFsLimit, func() (string, bool) { return containerOverLimit(pod, stats, dedicatedImageFs) }},
 		} {
-			if msg, over := check(); over {
-				out = append(out, limitBreach{pod: pod, message: msg})
+			if msg, over := check.over(); over {
+				out = append(out, limitBreach{pod: pod, message: msg, signal: check.signal})
 				break
 			}
 		}

@@ -129,16 +129,19 @@ func TestOverLimits(t *testing.T) {
 				pods = append(pods, storageStats(p, tt.volumes, tt.containers...))
 			}
 			got := overLimits([]*v1.Pod{p}, usageOf(pods), tt.dedicated)
-			var msg string
+			var msg, signal string
 			switch len(got) {
 			case 0:
 			case 1:
-				msg = got[0].message
+				msg, signal = got[0].message, got[0].signal
 			default:
 				t.Fatalf("%d breaches for one pod", len(got))
 			}
 			if msg != tt.want {
 				t.Errorf("message = %q, want %q", msg, tt.want)
+			}
+			if wantSignal := limitSignal(tt.want); signal != wantSignal {
+				t.Errorf("signal = %q, want %q", signal, wantSignal)
 			}
 		})
 	}
@@ -175,6 +178,16 @@ func TestLocalStorageLimitsEvictEveryPodOverThemAtOnceWithoutThresholds(t *testi
 	}
 	if c := f.m.Pressure().Conditions(); c != nil {
 		t.Errorf("conditions = %v, want none: limits are the pods' own", c)
+	}
+	// As the kubelet: no DisruptionTarget for a pod over its own limit,
+	// and each eviction counted under its limit's pseudo-signal.
+	for i, c := range f.pods.conditions {
+		if c != nil {
+			t.Errorf("eviction %d asked for condition %+v, want none", i, c)
+		}
+	}
+	if got := strings.Join(f.metrics.evictions, " "); got != "emptydirfs.limit ephemeralpodfs.limit" {
+		t.Errorf("evictions counted = %q, want emptydirfs.limit ephemeralpodfs.limit", got)
 	}
 	if len(f.gcLog) != 0 {
 		t.Errorf("reclaimed %v for a pod's own limit", f.gcLog)
@@ -264,4 +277,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// limitSignal is the pseudo-signal the kubelet counts an eviction with
+// message msg under.
+func limitSignal(msg string) string {
+	switch {
+	case msg == "":
+		return ""
+	case strings.HasPrefix(msg, "Usage of EmptyDir"):
+		return signalEmptyDirFsLimit
+	case strings.HasPrefix(msg, "Pod ephemeral"):
+		return signalEphemeralPodFsLimit
+	}
+	return signalEphemeralContainerFsLimit
 }

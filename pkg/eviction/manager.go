@@ -14,7 +14,10 @@
 //
 // The conditions are published through a Pressure, which the node status
 // and admission read; evictions go through Pods (the pod workers), which
-// end the pod as Failed with reason Evicted.
+// end the pod as Failed with reason Evicted and, for a threshold's
+// eviction, the DisruptionTarget condition (TerminationByKubelet), as the
+// kubelet's; a local storage limit's eviction has none, as there.
+// kubelet_evictions counts the evictions by signal.
 package eviction
 
 import (
@@ -69,9 +72,10 @@ type Pods interface {
 	// not ended), with the resources allocated to them.
 	ActivePods() []*v1.Pod
 	// Evict ends a running pod: its containers stop within grace seconds
-	// and its final status is Failed with reason and message. It returns
-	// at once; an error says the pod was not evicted (it is not running).
-	Evict(uid types.UID, reason, message string, grace int64) error
+	// and its final status is Failed with reason and message, with
+	// condition when not nil. It returns at once; an error says the pod
+	// was not evicted (it is not running).
+	Evict(uid types.UID, reason, message string, grace int64, condition *v1.PodCondition) error
 	// PodEnded says whether the pod has stopped and freed what it held
 	// (its volumes, its cgroup), or is gone.
 	PodEnded(uid types.UID) bool
@@ -92,6 +96,16 @@ type ContainerGC interface {
 // directory; asked until it answers.
 type Disks interface {
 	Layout(ctx context.Context) (DiskLayout, error)
+}
+
+// Metrics counts evictions (*metrics.Metrics).
+type Metrics interface {
+	// ObserveEviction counts a pod evicted for signal (a threshold's, or
+	// one of the local storage limits' pseudo-signals).
+	ObserveEviction(signal string)
+	// ObserveEvictionStatsAge records how old the measurement of a
+	// signal was when a pod was evicted on it.
+	ObserveEvictionStatsAge(signal string, age time.Duration)
 }
 
 // Recorder records events (record.EventRecorder).
@@ -132,6 +146,8 @@ type Config struct {
 	Node *v1.ObjectReference
 	// Pressure is where the conditions are published; nil makes one.
 	Pressure *Pressure
+	// Metrics counts the evictions; nil counts nothing.
+	Metrics Metrics
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 }
@@ -171,6 +187,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	return &Manager{cfg: cfg}, nil
 }
@@ -265,7 +284,9 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 	if m.cfg.LocalStorageCapacityIsolation {
 		var evicted []*v1.Pod
 		for _, b := range overLimits(pods, usage, m.layout.DedicatedImageFs) {
-			if m.evict(ctx, b.pod, b.message, nil, hardGracePeriod) {
+			// As the kubelet: no DisruptionTarget for a pod over its own limit.
+			if m.evict(ctx, b.pod, b.message, nil, hardGracePeriod, nil) {
+				m.cfg.Metrics.ObserveEviction(b.signal)
 				evicted = append(evicted, b.pod)
 			}
 		}
@@ -297,6 +318,11 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 	pods = slices.Clone(pods)
 	rank(pods, usage)
 	logger.Info("Must evict a pod to reclaim", "resourceName", res, "pods", klog.KObjSlice(pods))
+	for _, t := range v.act {
+		if at := obs[t.Signal].at; !at.IsZero() {
+			m.cfg.Metrics.ObserveEvictionStatsAge(string(t.Signal), m.cfg.Clock.Since(at))
+		}
+	}
 	for _, pod := range pods {
 		grace := int64(hardGracePeriod)
 		if !t.Hard() {
@@ -306,7 +332,8 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 			}
 		}
 		msg, annotations := evictionMessage(res, pod, usage, v.act, obs)
-		if m.evict(ctx, pod, msg, annotations, grace) {
+		if m.evict(ctx, pod, msg, annotations, grace, disruptionTarget(pod, msg)) {
+			m.cfg.Metrics.ObserveEviction(string(t.Signal))
 			return []*v1.Pod{pod}, nil
 		}
 	}
@@ -314,17 +341,29 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 	return nil, nil
 }
 
-// evict ends the pod as Evicted with msg, its containers stopped within
-// grace seconds, and records the event; it says whether the pod goes.
-// Critical pods are never evicted, as in the kubelet: a static pod would
-// not be admitted again.
-func (m *Manager) evict(ctx context.Context, pod *v1.Pod, msg string, annotations map[string]string, grace int64) bool {
+// disruptionTarget is the condition a pod evicted for a threshold ends
+// with, the kubelet's.
+func disruptionTarget(pod *v1.Pod, msg string) *v1.PodCondition {
+	return &v1.PodCondition{
+		Type:               v1.DisruptionTarget,
+		ObservedGeneration: pod.Generation,
+		Status:             v1.ConditionTrue,
+		Reason:             v1.PodReasonTerminationByKubelet,
+		Message:            msg,
+	}
+}
+
+// evict ends the pod as Evicted with msg (and condition, when not nil),
+// its containers stopped within grace seconds, and records the event; it
+// says whether the pod goes. Critical pods are never evicted, as in the
+// kubelet: a static pod would not be admitted again.
+func (m *Manager) evict(ctx context.Context, pod *v1.Pod, msg string, annotations map[string]string, grace int64, condition *v1.PodCondition) bool {
 	logger := klog.FromContext(ctx)
 	if admission.IsCritical(pod) {
 		logger.Info("Cannot evict a critical pod", "pod", klog.KObj(pod), "message", msg)
 		return false
 	}
-	if err := m.cfg.Pods.Evict(pod.UID, Reason, msg, grace); err != nil {
+	if err := m.cfg.Pods.Evict(pod.UID, Reason, msg, grace, condition); err != nil {
 		logger.Info("Could not evict a pod", "pod", klog.KObj(pod), "err", err.Error())
 		return false
 	}
@@ -405,3 +444,9 @@ func reclaimers(layout DiskLayout, images ImageGC, containers ContainerGC) map[S
 	}
 	return r
 }
+
+// noMetrics counts nothing.
+type noMetrics struct{}
+
+func (noMetrics) ObserveEviction(string)                        {}
+func (noMetrics) ObserveEvictionStatsAge(string, time.Duration) {}

@@ -18,6 +18,7 @@ type fixture struct {
 	pods     *fakePods
 	gcLog    []string
 	recorder *fakeRecorder
+	metrics  *fakeMetrics
 	clock    *clocktesting.FakeClock
 	m        *Manager
 }
@@ -25,12 +26,12 @@ type fixture struct {
 func newFixture(t *testing.T, thresholds []Threshold, layout DiskLayout, mut ...func(*Config)) *fixture {
 	t.Helper()
 	f := &fixture{stats: &fakeStats{}, pods: &fakePods{ended: map[types.UID]bool{}}, recorder: &fakeRecorder{},
-		clock: clocktesting.NewFakeClock(t0)}
+		metrics: &fakeMetrics{}, clock: clocktesting.NewFakeClock(t0)}
 	gc := fakeGC{log: &f.gcLog}
 	cfg := Config{
 		Thresholds: thresholds, MaxPodGracePeriodSeconds: 20,
 		Stats: f.stats, Pods: f.pods, ImageGC: gc, ContainerGC: gc, Disks: fixedDisks(layout),
-		Recorder: f.recorder, Node: &v1.ObjectReference{Kind: "Node", Name: "n1"}, Clock: f.clock,
+		Recorder: f.recorder, Node: &v1.ObjectReference{Kind: "Node", Name: "n1"}, Metrics: f.metrics, Clock: f.clock,
 	}
 	for _, m := range mut {
 		m(&cfg)
@@ -131,7 +132,7 @@ func TestMemoryPressureEvictsWithoutGarbageCollection(t *testing.T) {
 	burstable, bestEffort, gone := pod("burstable", "100Mi", "", 0), pod("besteffort", "", "", 0), pod("gone", "", "", -10)
 	f.pods.pods = []*v1.Pod{burstable, bestEffort, gone}
 	f.pods.refuse = map[types.UID]bool{gone.UID: true}
-	f.stats.summaries = []*statsapi.Summary{summary(nodeStats{memAvail: 50 * mi, memWS: 950 * mi, fsAvail: 5, fsCap: 100},
+	f.stats.summaries = []*statsapi.Summary{summary(nodeStats{memAvail: 50 * mi, memWS: 950 * mi, fsAvail: 5, fsCap: 100, at: metaTime(t0.Add(-3 * time.Second))},
 		podStats(burstable, 200*mi, ctrStats("c", 200*mi, 0, 0)),
 		podStats(bestEffort, 150*mi, ctrStats("c", 150*mi, 0, 0)),
 		podStats(gone, 500*mi, ctrStats("c", 500*mi, 0, 0)))}
@@ -149,6 +150,21 @@ func TestMemoryPressureEvictsWithoutGarbageCollection(t *testing.T) {
 	}
 	if got := fmt.Sprint(f.m.Pressure().Conditions()); got != "[MemoryPressure DiskPressure]" {
 		t.Errorf("conditions = %s", got)
+	}
+	// The kubelet's DisruptionTarget, with the eviction's message and the
+	// generation of the pod evicted.
+	wantCond := v1.PodCondition{Type: v1.DisruptionTarget, ObservedGeneration: bestEffort.Generation, Status: v1.ConditionTrue,
+		Reason: v1.PodReasonTerminationByKubelet, Message: strings.SplitN(want, "Evicted: ", 2)[1]}
+	if len(f.pods.conditions) != 1 || f.pods.conditions[0] == nil || *f.pods.conditions[0] != wantCond {
+		t.Errorf("conditions asked for = %+v, want %+v", f.pods.conditions, wantCond)
+	}
+	// Counted once, under the threshold's signal; the memory
+	// measurement's age is observed for every threshold acted on.
+	if got := strings.Join(f.metrics.evictions, " "); got != "memory.available" {
+		t.Errorf("evictions counted = %q, want memory.available", got)
+	}
+	if got := strings.Join(f.metrics.ages, ", "); got != "memory.available 3s, nodefs.available 3s" {
+		t.Errorf("stats ages = %q", got)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package metrics holds the agent's own Prometheus metrics, named and
 // labelled as the kubelet's where they mean the same: pod workers, pod
-// start latency, PLEG relists, CRI operations, probes and the apiserver
-// client. One Metrics value is made in the composition root and handed to
+// start latency, PLEG relists, CRI operations, probes, evictions and the
+// apiserver client. One Metrics value is made in the composition root and handed to
 // the components that observe something; nothing here is package-level
 // state, so tests make as many as they like.
 package metrics
@@ -41,6 +41,9 @@ type Metrics struct {
 	imageVolumeFailed    *compbase.Counter
 
 	imageGarbageCollected *compbase.CounterVec
+
+	evictions        *compbase.CounterVec
+	evictionStatsAge *compbase.HistogramVec
 
 	plegRelistDuration *compbase.Histogram
 	plegRelistInterval *compbase.Histogram
@@ -108,6 +111,16 @@ func New() *Metrics {
 			Help:           "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
 			StabilityLevel: compbase.ALPHA,
 		}, []string{"reason"}),
+		evictions: compbase.NewCounterVec(&compbase.CounterOpts{
+			Subsystem: kubeletSubsystem, Name: "evictions",
+			Help:           "Cumulative number of pod evictions by eviction signal",
+			StabilityLevel: compbase.ALPHA,
+		}, []string{"eviction_signal"}),
+		evictionStatsAge: compbase.NewHistogramVec(&compbase.HistogramOpts{
+			Subsystem: kubeletSubsystem, Name: "eviction_stats_age_seconds",
+			Help:    "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
+			Buckets: compbase.DefBuckets, StabilityLevel: compbase.ALPHA,
+		}, []string{"eviction_signal"}),
 		plegRelistDuration: compbase.NewHistogram(&compbase.HistogramOpts{
 			Subsystem: kubeletSubsystem, Name: "pleg_relist_duration_seconds",
 			Help:    "Duration in seconds for relisting pods in PLEG.",
@@ -181,6 +194,7 @@ func New() *Metrics {
 	m.registry.MustRegister(
 		m.podWorkerDuration, m.podStartDuration, m.podStartSLIDuration, m.podStartTotalDuration, m.podStepDuration,
 		m.imageVolumeRequested, m.imageVolumeMounted, m.imageVolumeFailed, m.imageGarbageCollected,
+		m.evictions, m.evictionStatsAge,
 		m.plegRelistDuration, m.plegRelistInterval, m.plegLastSeen, m.runningPods, m.runningContainers,
 		m.terminatedContainers,
 		m.runtimeOperations, m.runtimeOperationsErrors, m.runtimeOperationsDuration,

@@ -13,20 +13,25 @@ import (
 )
 
 // pressureCondition is a resource-pressure condition as the kubelet
-// words it, when the node has it and when it does not.
+// words it, when the node has it and when it does not, with the reasons
+// of the Node events that mark its turning True and False.
 type pressureCondition struct {
 	typ                       v1.NodeConditionType
 	reasonTrue, messageTrue   string
 	reasonFalse, messageFalse string
+	eventTrue, eventFalse     string
 }
 
 var pressureConditions = []pressureCondition{
 	{v1.NodeMemoryPressure, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available",
-		"KubeletHasSufficientMemory", "kubelet has sufficient memory available"},
+		"KubeletHasSufficientMemory", "kubelet has sufficient memory available",
+		"NodeHasInsufficientMemory", "NodeHasSufficientMemory"},
 	{v1.NodeDiskPressure, "KubeletHasDiskPressure", "kubelet has disk pressure",
-		"KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
+		"KubeletHasNoDiskPressure", "kubelet has no disk pressure",
+		"NodeHasDiskPressure", "NodeHasNoDiskPressure"},
 	{v1.NodePIDPressure, "KubeletHasInsufficientPID", "kubelet has insufficient PID available",
-		"KubeletHasSufficientPID", "kubelet has sufficient PID available"},
+		"KubeletHasSufficientPID", "kubelet has sufficient PID available",
+		"NodeHasInsufficientPID", "NodeHasSufficientPID"},
 }
 
 // conditions returns prev with the agent's conditions brought up to date:

@@ -109,6 +109,10 @@ type Config struct {
 	// Pressure sets the MemoryPressure, DiskPressure and PIDPressure
 	// conditions (the eviction manager); nil reports none.
 	Pressure Pressure
+	// Recorder records the events of the Node's conditions turning, as
+	// the kubelet's (NodeHasSufficientMemory, NodeNotReady, ...); nil
+	// records none.
+	Recorder Recorder
 }
 
 func (c *Config) validate() error {

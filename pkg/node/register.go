@@ -23,12 +23,16 @@ var defaultLabels = []string{v1.LabelHostname, v1.LabelOSStable, v1.LabelArchSta
 func (c *Controller) register(ctx context.Context, obs observation, now metav1.Time) error {
 	logger := klog.FromContext(ctx)
 	node := initialNode(&c.cfg, obs, now)
+	// As the kubelet's, registration announces the pressure conditions of
+	// the node it starts from, restarted or not.
+	events := conditionEvents(nil, node.Status.Conditions)
 	nodes := c.cfg.Client.CoreV1().Nodes()
 	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
 	if err == nil {
 		logger.Info("Registered node")
 		c.registered, c.lastReport = true, now.Time
 		c.setNodeUID(created.UID)
+		c.recordEvents(ctx, events)
 		return nil
 	}
 	// A node that may not create Nodes may still own an existing one.
@@ -48,6 +52,7 @@ func (c *Controller) register(ctx context.Context, obs observation, now metav1.T
 	}
 	c.registered, c.lastReport = true, now.Time
 	c.setNodeUID(existing.UID)
+	c.recordEvents(ctx, append(events, conditionEvents(existing.Status.Conditions, updated.Status.Conditions)...))
 	return nil
 }
 
@@ -80,7 +85,9 @@ func reconcileMeta(want, have *v1.Node, userLabels bool) {
 
 // updateStatus brings an existing Node's status up to date. It writes when
 // something changed, and at least every StatusReportFrequency so readers
-// see a fresh heartbeat. A Node deleted under the agent is registered again.
+// see a fresh heartbeat, and records the events of the conditions that
+// turned once the write went through. A Node deleted under the agent is
+// registered again.
 func (c *Controller) updateStatus(ctx context.Context, obs observation, now metav1.Time) error {
 	logger := klog.FromContext(ctx)
 	existing, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
@@ -109,6 +116,7 @@ func (c *Controller) updateStatus(ctx context.Context, obs observation, now meta
 		return err
 	}
 	c.lastReport = now.Time
+	c.recordEvents(ctx, conditionEvents(existing.Status.Conditions, updated.Status.Conditions))
 	return nil
 }
 

@@ -26,14 +26,17 @@ type NodeOptions struct {
 	// its processes runs it out of memory (cgroup v2 only: the opposite of
 	// singleProcessOOMKill).
 	OOMKillGroup bool
+	// Swap is how containers may swap (memorySwap.swapBehavior).
+	Swap SwapOptions
 }
 
 // ContainerResources is the Linux resources of container c of pod, as the
 // runtime applies them to the container's cgroup: cpu shares from the
 // request (the limit when no request is given), the CFS quota from the
-// limit, the memory limit, the OOM score of the pod's class and a limit
-// for every huge page size. With pod-level resources, a container without
-// a cpu or memory limit of its own gets the pod's.
+// limit, the memory limit, the OOM score of the pod's class, a limit
+// for every huge page size and the swap limit (swap.go). With pod-level
+// resources, a container without a cpu or memory limit of its own gets
+// the pod's.
 func ContainerResources(pod *v1.Pod, c *v1.Container, opts NodeOptions) *runtimeapi.LinuxContainerResources {
 	podLevel := resourcehelper.IsPodLevelResourcesSet(pod)
 	cpuLimit := c.Resources.Limits.Cpu()
@@ -56,6 +59,7 @@ func ContainerResources(pod *v1.Pod, c *v1.Container, opts NodeOptions) *runtime
 	if opts.OOMKillGroup {
 		r.Unified = map[string]string{"memory.oom.group": "1"}
 	}
+	setSwap(r, pod, c, opts.MemoryCapacity, opts.Swap)
 	return r
 }
 

@@ -173,3 +173,51 @@ func TestMergeKeepsForeignConditionsAsTheyAre(t *testing.T) {
 		t.Errorf("foreign condition = %+v, want %+v", c, gate)
 	}
 }
+
+// TestMergeDisruptionTarget: the agent's DisruptionTarget (an eviction's)
+// replaces the apiserver's rather than joining it, keeps the transition
+// time of one of the same status, and stays once written.
+func TestMergeDisruptionTarget(t *testing.T) {
+	t1, t2 := metav1.NewTime(time.Unix(100, 0)), metav1.NewTime(time.Unix(200, 0))
+	evicted := v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonTerminationByKubelet,
+		Message: "The node was low on resource: memory. ", LastTransitionTime: t2}
+	final := v1.PodStatus{Phase: v1.PodFailed, Reason: "Evicted", Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse}, evicted}}
+	tests := []struct {
+		name string
+		cur  []v1.PodCondition
+		want v1.PodCondition
+	}{
+		{name: "none before: the agent's", want: evicted},
+		{name: "the scheduler's before: replaced, its transition time kept",
+			cur:  []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "PreemptionByScheduler", LastTransitionTime: t1}},
+			want: func() v1.PodCondition { c := evicted; c.LastTransitionTime = t1; return c }()},
+		{name: "a False one before: replaced with a new transition time",
+			cur:  []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionFalse, Reason: "x", LastTransitionTime: t1}},
+			want: evicted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Merge(v1.PodStatus{Phase: v1.PodRunning, Conditions: tt.cur}, final)
+			n := 0
+			for _, c := range got.Conditions {
+				if c.Type == v1.DisruptionTarget {
+					n++
+				}
+			}
+			if n != 1 || cond(got, v1.DisruptionTarget) != tt.want {
+				t.Errorf("conditions = %+v, want one DisruptionTarget %+v", got.Conditions, tt.want)
+			}
+			// Written once, the condition stays through a later merge of
+			// the same final status (the deletion's confirmation).
+			again := Merge(got, final)
+			if c := cond(again, v1.DisruptionTarget); c != tt.want || len(again.Conditions) != len(got.Conditions) {
+				t.Errorf("after a second merge: conditions = %+v", again.Conditions)
+			}
+		})
+	}
+	// A status without one (a running pod's) keeps the apiserver's.
+	cur := v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "DeletionByTaintManager"}}}
+	if got := Merge(cur, v1.PodStatus{Phase: v1.PodRunning}); cond(got, v1.DisruptionTarget).Reason != "DeletionByTaintManager" {
+		t.Errorf("conditions = %+v, want the taint manager's DisruptionTarget kept", got.Conditions)
+	}
+}

@@ -8,6 +8,11 @@ import (
 // readiness gates) belong to someone else and are kept. PodScheduled is
 // the kubelet's too: it restates it, with the generation it reflects, on
 // every write — and leaves it out of a rejected pod's status.
+//
+// DisruptionTarget is shared, as in the kubelet: the scheduler or the
+// taint manager may set it, and the agent sets it in the final status of
+// a pod it evicts. A status that carries one replaces the apiserver's;
+// one that does not keeps it.
 var owned = map[v1.PodConditionType]bool{
 	v1.PodScheduled:              true,
 	v1.PodReadyToStartContainers: true,
@@ -19,22 +24,25 @@ var owned = map[v1.PodConditionType]bool{
 }
 
 // Merge combines the apiserver's current status with the agent's newly
-// computed one: foreign conditions are kept, unchanged conditions keep
-// their transition time, and a terminal phase is never reverted — nor is
-// a terminated container of a pod that has ended.
+// computed one: foreign conditions are kept (unless the agent's status
+// sets one of the type itself), unchanged conditions keep their
+// transition time, and a terminal phase is never reverted — nor is a
+// terminated container of a pod that has ended.
 func Merge(cur, st v1.PodStatus) v1.PodStatus {
 	out := *st.DeepCopy()
 	curConds := map[v1.PodConditionType]v1.PodCondition{}
 	for _, c := range cur.Conditions {
 		curConds[c.Type] = c
 	}
+	set := map[v1.PodConditionType]bool{}
 	for i := range out.Conditions {
+		set[out.Conditions[i].Type] = true
 		if c, ok := curConds[out.Conditions[i].Type]; ok && c.Status == out.Conditions[i].Status {
 			out.Conditions[i].LastTransitionTime = c.LastTransitionTime
 		}
 	}
 	for _, c := range cur.Conditions {
-		if !owned[c.Type] {
+		if !owned[c.Type] && !set[c.Type] {
 			out.Conditions = append(out.Conditions, c)
 		}
 	}

@@ -48,6 +48,9 @@ type ending struct {
 	reason, message string
 	// event: a Warning event with reason and message marks the end.
 	event bool
+	// condition, when set, is put in the final status (an eviction's
+	// DisruptionTarget). Shared, never modified.
+	condition *v1.PodCondition
 	// rejected: admission refused the pod; nothing of it ever ran and its
 	// final status is the bare refusal.
 	rejected bool

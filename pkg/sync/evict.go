@@ -11,7 +11,8 @@ import (
 // The eviction manager ends pods to relieve the node. An eviction is an
 // ending like DeadlineExceeded: the worker stops the pod (within the
 // eviction's grace period, when shorter than the pod's own) and its final
-// status is Failed with the eviction's reason and message. The manager
+// status is Failed with the eviction's reason and message, and with the
+// eviction's condition (DisruptionTarget) when it has one. The manager
 // records the Evicted event itself, with its annotations.
 
 // ErrNotRunning says a pod cannot be evicted: the agent does not run it,
@@ -23,13 +24,17 @@ type eviction struct {
 	reason, message string
 	// grace caps the pod's grace period, in seconds.
 	grace int64
+	// condition, when set, is put in the final status.
+	condition *v1.PodCondition
 }
 
 // Evict asks the pod's worker to end the pod: its containers stop within
 // grace seconds (or the pod's own grace period, if shorter) and its final
-// status is Failed with reason and message. It returns at once. The first
-// eviction of a pod is the one that counts.
-func (d *Dispatcher) Evict(uid types.UID, reason, message string, grace int64) error {
+// status is Failed with reason and message, and has condition (replacing
+// one of its type) when it is not nil; the condition's transition time is
+// when the final status is made. It returns at once. The first eviction of
+// a pod is the one that counts.
+func (d *Dispatcher) Evict(uid types.UID, reason, message string, grace int64, condition *v1.PodCondition) error {
 	d.mu.Lock()
 	w, ok := d.workers[uid]
 	d.mu.Unlock()
@@ -39,7 +44,10 @@ func (d *Dispatcher) Evict(uid types.UID, reason, message string, grace int64) e
 	if pod, removed := w.latest(); w.ended.Load() || removed || pod == nil || pod.DeletionTimestamp != nil || isTerminal(pod.Status.Phase) {
 		return fmt.Errorf("evict pod %s: %w", uid, ErrNotRunning)
 	}
-	w.evicted.CompareAndSwap(nil, &eviction{reason: reason, message: message, grace: grace})
+	if condition != nil {
+		condition = condition.DeepCopy()
+	}
+	w.evicted.CompareAndSwap(nil, &eviction{reason: reason, message: message, grace: grace, condition: condition})
 	w.poke()
 	return nil
 }
@@ -77,7 +85,7 @@ func (d *Dispatcher) ActivePods() []*v1.Pod {
 
 // endOfEviction is the ending an eviction calls for.
 func endOfEviction(e *eviction) ending {
-	return ending{reason: e.reason, message: e.message}
+	return ending{reason: e.reason, message: e.message, condition: e.condition}
 }
 
 // stopGrace is the grace period of a pod's stop step: the pod's own,

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -56,7 +58,7 @@ func TestEvictedPodEndsFailedWithTheEvictionsStatus(t *testing.T) {
 	if got := h.containers(runtimeapi.ContainerState_CONTAINER_RUNNING); len(got) != 2 {
 		t.Fatalf("running = %v, want a and b", got)
 	}
-	if err := h.d.Evict(pod.UID, "Evicted", "x", 1); !errors.Is(err, ErrNotRunning) {
+	if err := h.d.Evict(pod.UID, "Evicted", "x", 1, nil); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("Evict of a pod without a worker = %v, want ErrNotRunning", err)
 	}
 	h.d.mu.Lock()
@@ -69,7 +71,8 @@ func TestEvictedPodEndsFailedWithTheEvictionsStatus(t *testing.T) {
 		t.Fatal("PodEnded before the eviction")
 	}
 	msg := "The node was low on resource: memory. "
-	if err := h.d.Evict(pod.UID, "Evicted", msg, 1); err != nil {
+	disruption := &v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonTerminationByKubelet, Message: msg}
+	if err := h.d.Evict(pod.UID, "Evicted", msg, 1, disruption); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3 && h.status.final == nil; i++ {
@@ -82,10 +85,61 @@ func TestEvictedPodEndsFailedWithTheEvictionsStatus(t *testing.T) {
 	if f == nil || f.Phase != v1.PodFailed || f.Reason != "Evicted" || f.Message != msg {
 		t.Fatalf("final status = %+v, want Failed/Evicted with the message", f)
 	}
+	if c := condition(f, v1.DisruptionTarget); c == nil || c.Status != v1.ConditionTrue || c.Reason != v1.PodReasonTerminationByKubelet ||
+		c.Message != msg || c.LastTransitionTime.IsZero() {
+		t.Errorf("DisruptionTarget = %+v, want True/TerminationByKubelet with the message, transitioned", c)
+	}
 	if !h.d.PodEnded(pod.UID) || len(h.d.ActivePods()) != 0 {
 		t.Error("an evicted pod still counts as running")
 	}
-	if err := h.d.Evict(pod.UID, "Evicted", msg, 1); !errors.Is(err, ErrNotRunning) {
+	if err := h.d.Evict(pod.UID, "Evicted", msg, 1, nil); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("second Evict = %v, want ErrNotRunning", err)
 	}
+}
+
+// TestEndStatusCondition: an ending's condition joins the final status,
+// in place of one of its type that the computed status carries, and an
+// ending without one leaves the conditions alone.
+func TestEndStatusCondition(t *testing.T) {
+	now := metav1.NewTime(t0)
+	evicted := &v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonTerminationByKubelet, Message: "low"}
+	computed := func() v1.PodStatus {
+		return v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{
+			{Type: v1.PodReady, Status: v1.ConditionFalse},
+			{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "PreemptionByScheduler"},
+		}}
+	}
+	tests := []struct {
+		name string
+		end  ending
+		want []v1.PodCondition
+	}{
+		{name: "eviction with a condition", end: ending{reason: "Evicted", message: "low", condition: evicted},
+			want: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse},
+				{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonTerminationByKubelet, Message: "low", LastTransitionTime: now}}},
+		{name: "eviction without one", end: ending{reason: "Evicted", message: "low"}, want: computed().Conditions},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := endStatus(tt.end, basePod(), now, computed)
+			if st.Phase != v1.PodFailed || st.Reason != "Evicted" {
+				t.Errorf("phase/reason = %s/%s, want Failed/Evicted", st.Phase, st.Reason)
+			}
+			if !equality.Semantic.DeepEqual(st.Conditions, tt.want) {
+				t.Errorf("conditions =\n %+v\nwant\n %+v", st.Conditions, tt.want)
+			}
+		})
+	}
+	if evicted.LastTransitionTime != (metav1.Time{}) {
+		t.Error("endStatus modified the ending's condition")
+	}
+}
+
+func condition(st *v1.PodStatus, t v1.PodConditionType) *v1.PodCondition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
 }

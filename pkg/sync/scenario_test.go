@@ -405,7 +405,7 @@ func (sc *scenario) carryOut(s step, args map[string]string) outcome {
 	case stepStop:
 		sc.stopAll()
 	case stepFinal:
-		st := endStatus(sc.state.end, sc.pod, func() v1.PodStatus { return sc.status(true) })
+		st := endStatus(sc.state.end, sc.pod, metav1.NewTime(sc.now), func() v1.PodStatus { return sc.status(true) })
 		o.final = &st
 	case stepCleanup:
 		sc.observed.Containers, sc.observed.Sandboxes = nil, nil

@@ -3,12 +3,14 @@ package sync
 import (
 	"context"
 	"errors"
+	"slices"
 	gosync "sync"
 	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -275,19 +277,26 @@ func (w *Worker) report(pod *v1.Pod, observed *runtime.PodStatus) {
 // finalStatus is the status of the ended pod: computed from what the
 // runtime shows, or as its ending says.
 func (w *Worker) finalStatus(pod *v1.Pod, observed *runtime.PodStatus) v1.PodStatus {
-	return endStatus(w.state.end, pod, func() v1.PodStatus { return w.computeStatus(pod, observed, true) })
+	return endStatus(w.state.end, pod, metav1.NewTime(w.deps.clock.Now()), func() v1.PodStatus { return w.computeStatus(pod, observed, true) })
 }
 
 // endStatus is the final status a pod's ending calls for: the bare
 // refusal of a rejected pod, else the computed one, Failed with the
-// ending's reason when it has one.
-func endStatus(e ending, pod *v1.Pod, compute func() v1.PodStatus) v1.PodStatus {
+// ending's reason when it has one, and with the ending's condition
+// (transitioned at now) in place of any of its type.
+func endStatus(e ending, pod *v1.Pod, now metav1.Time, compute func() v1.PodStatus) v1.PodStatus {
 	if e.rejected {
 		return rejectedStatus(pod, e.reason, e.message)
 	}
 	st := compute()
 	if e.reason != "" {
 		st.Phase, st.Reason, st.Message = v1.PodFailed, e.reason, e.message
+	}
+	if e.condition != nil {
+		c := *e.condition
+		c.LastTransitionTime = now
+		st.Conditions = slices.DeleteFunc(st.Conditions, func(o v1.PodCondition) bool { return o.Type == c.Type })
+		st.Conditions = append(st.Conditions, c)
 	}
 	return st
 }

@@ -185,7 +185,36 @@ func (e *evictionSuite) memoryHog(t *testing.T) {
 			t.Errorf("the hog was OOM-killed, want it evicted: %+v", term)
 		}
 	}
+	disrupted := false
+	for _, c := range p.Status.Conditions {
+		disrupted = disrupted || (c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue &&
+			c.Reason == "TerminationByKubelet" && c.Message == p.Status.Message)
+	}
+	if !disrupted {
+		t.Errorf("the evicted hog's conditions %+v: no DisruptionTarget by the kubelet with the eviction's message", p.Status.Conditions)
+	}
 	e.waitNodeCondition(t, corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", created)
+	// The turns of the condition were recorded as the kubelet records them.
+	framework.Eventually(t, time.Minute, func() error {
+		events, err := e.cs.CoreV1().Events(metav1.NamespaceDefault).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node"})
+		if err != nil {
+			return err
+		}
+		for _, reason := range []string{"NodeHasInsufficientMemory", "NodeHasSufficientMemory"} {
+			found := false
+			for _, ev := range events.Items {
+				found = found || (ev.Reason == reason && ev.LastTimestamp.Time.After(created.Add(-time.Second)) &&
+					ev.Message == "Node "+harness.NodeName+" status is now: "+reason)
+			}
+			if !found {
+				return fmt.Errorf("no %s event on the node since the hog was created", reason)
+			}
+		}
+		return nil
+	})
+	if n := e.agentMetric(t, `kubelet_evictions{eviction_signal="memory.available"}`); n < 1 {
+		t.Errorf(`kubelet_evictions{eviction_signal="memory.available"} = %v, want the hog counted`, n)
+	}
 	e.assertRunning(t, bystander.Name)
 	deletePods(e.ctx, t, e.cs, bystander.Name, hog.Name)
 }
