@@ -119,50 +119,53 @@ func (r *Rotator) rotateContainer(ctx context.Context, id string) error {
 		return nil
 	}
 	path := st.GetLogPath()
-	if err := r.tidy(path); err != nil {
+	rotated, err := r.prune(path)
+	if err != nil {
 		return err
 	}
+	// A file that cannot be compressed (the disk is full) stays as it is, and
+	// the live log is rotated all the same: it must not grow without end.
+	compressErr := compressOlder(rotated)
 	fi, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			// The runtime may have lost its file (a failed reopen): ask again.
-			return r.cfg.Runtime.ReopenContainerLog(ctx, id)
+			return errors.Join(compressErr, r.cfg.Runtime.ReopenContainerLog(ctx, id))
 		}
-		return err
+		return errors.Join(compressErr, err)
 	}
 	if fi.Size() <= r.cfg.MaxSize {
-		return nil
+		return compressErr
 	}
-	rotated := fmt.Sprintf("%s.%s", path, r.cfg.Clock.Now().Format(timestampFormat))
-	if err := os.Rename(path, rotated); err != nil {
-		return fmt.Errorf("rotate %s: %w", path, err)
+	next := fmt.Sprintf("%s.%s", path, r.cfg.Clock.Now().Format(timestampFormat))
+	if err := os.Rename(path, next); err != nil {
+		return errors.Join(compressErr, fmt.Errorf("rotate %s: %w", path, err))
 	}
 	if err := r.cfg.Runtime.ReopenContainerLog(ctx, id); err != nil {
 		// Put it back so the container keeps writing where users read.
-		if rerr := os.Rename(rotated, path); rerr != nil {
-			return errors.Join(err, fmt.Errorf("restore %s: %w", path, rerr))
+		if rerr := os.Rename(next, path); rerr != nil {
+			return errors.Join(compressErr, err, fmt.Errorf("restore %s: %w", path, rerr))
 		}
-		return err
+		return errors.Join(compressErr, err)
 	}
 	klog.FromContext(ctx).V(4).Info("Rotated container log", "containerID", id, "path", path, "size", fi.Size())
-	return nil
+	return compressErr
 }
 
-// tidy removes what a cut rotation left, compresses rotated files but the
-// newest (which the runtime may still be flushing), and removes the
-// oldest so that at most MaxFiles-2 stay: with the file rotated next and
-// the live one, MaxFiles in all.
-func (r *Rotator) tidy(path string) error {
+// prune removes what a cut rotation left and the oldest rotated files, so
+// that at most MaxFiles-2 stay: with the file rotated next and the live
+// one, MaxFiles in all. It returns the rotated files left, oldest first.
+func (r *Rotator) prune(path string) ([]string, error) {
 	matches, err := filepath.Glob(globQuote(path) + ".*")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var rotated []string
 	for _, m := range matches {
 		switch {
 		case strings.HasSuffix(m, tmpSuffix):
 			if err := os.Remove(m); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
+				return nil, err
 			}
 		default:
 			rotated = append(rotated, m)
@@ -173,22 +176,36 @@ func (r *Rotator) tidy(path string) error {
 	keep := r.cfg.MaxFiles - 2
 	for len(rotated) > keep {
 		if err := os.Remove(rotated[0]); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+			return nil, err
 		}
 		rotated = rotated[1:]
 	}
+	return rotated, nil
+}
+
+// compressOlder compresses the rotated files but the newest (which the
+// runtime may still be flushing), oldest first; a file that fails is left
+// as it is and the others are still tried.
+func compressOlder(rotated []string) error {
+	var errs []error
 	for i, m := range rotated {
 		if i == len(rotated)-1 || strings.HasSuffix(m, compressSuffix) {
 			continue
 		}
 		if err := compress(m); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func stamp(p string) string { return strings.TrimSuffix(p, compressSuffix) }
+
+// createCompressed creates the file a compressed copy is written to; tests
+// replace it to fill the disk.
+var createCompressed = func(path string) (io.WriteCloser, error) {
+	return os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+}
 
 // compress gzips a rotated file through a temporary file, then removes it.
 func compress(path string) error {
@@ -198,7 +215,7 @@ func compress(path string) error {
 	}
 	defer in.Close()
 	tmp := path + compressSuffix + tmpSuffix
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	out, err := createCompressed(tmp)
 	if err != nil {
 		return err
 	}

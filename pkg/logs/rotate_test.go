@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,5 +165,56 @@ func TestOlderRotatedFilesCompressed(t *testing.T) {
 	b, err := io.ReadAll(zr)
 	if err != nil || string(b) != strings.Repeat("y", 11) {
 		t.Errorf("compressed content %q %v", b, err)
+	}
+}
+
+// failingWriter fails every write as a full disk does.
+type failingWriter struct{ *os.File }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// TestRotationGoesOnWhenCompressionFails: with the disk full, no older file can be
+// compressed, yet the live log is rotated every round and the files stay within MaxFiles;
+// once there is room again, the older files are compressed.
+func TestRotationGoesOnWhenCompressionFails(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	rt := &fakeRuntime{path: path, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC))
+	r, _ := New(Config{Runtime: rt, MaxSize: 10, MaxFiles: 4, Clock: clk})
+	create := createCompressed
+	t.Cleanup(func() { createCompressed = create })
+	createCompressed = func(p string) (io.WriteCloser, error) {
+		f, err := create(p)
+		if err != nil {
+			return nil, err
+		}
+		return failingWriter{f.(*os.File)}, nil
+	}
+	for round := 1; round <= 5; round++ {
+		if err := os.WriteFile(path, []byte(strings.Repeat("z", 11)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.RotateAll(context.Background())
+		clk.Step(time.Second)
+		if rt.reopens != round {
+			t.Fatalf("round %d: %d rotations, want one a round", round, rt.reopens)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+			t.Fatalf("round %d: live log %v %v, want it new and empty", round, fi, err)
+		}
+		if files := listDir(t, dir); len(files) > 4 {
+			t.Fatalf("round %d: files %q, more than MaxFiles", round, files)
+		}
+	}
+	want := "0.log 0.log.20261122-080002 0.log.20261122-080003 0.log.20261122-080004"
+	if got := strings.Join(listDir(t, dir), " "); got != want {
+		t.Fatalf("files %q, want %q (none compressed, no temporary left)", got, want)
+	}
+	createCompressed = create
+	r.RotateAll(context.Background())
+	want = "0.log 0.log.20261122-080003.gz 0.log.20261122-080004"
+	if got := strings.Join(listDir(t, dir), " "); got != want {
+		t.Fatalf("with room again: files %q, want %q", got, want)
 	}
 }
