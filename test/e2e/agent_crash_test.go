@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,6 +217,112 @@ func TestLeftoversOfAKilledAgentCollected(t *testing.T) {
 		}
 		if len(ready) != 1 || ready[0] == oldLive[0].Id {
 			return fmt.Errorf("pod %s: ready sandboxes %q, want one new (the old was %s)", live.Name, ready, oldLive[0].Id)
+		}
+		return nil
+	})
+}
+
+// TestAgentKilledAtEveryStep is not parallel: the agent is SIGKILLed again and again.
+// Bursts of pods (an init container, configMap and emptyDir volumes, probes, a postStart
+// and a preStop hook) are created, and some deleted, and each burst the agent is killed at a
+// random moment — inside a sandbox's creation, a volume's set-up, a create or a start, a
+// hook, a termination — and started again at once. In the end no running container was
+// restarted: every pod left is Running and Ready with restartCount 0 everywhere, holds
+// exactly one ready sandbox in the runtime and one container of each name, and the runtime
+// holds nothing of the pods deleted.
+func TestAgentKilledAtEveryStep(t *testing.T) {
+	requireNodeagent(t)
+	ctx := framework.Context(t, 12*time.Minute)
+	cfg := framework.Cluster(t)
+	cs := framework.Client(t)
+	seed := time.Now().UnixNano()
+	t.Logf("random kill moments: seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	cm, err := cs.CoreV1().ConfigMaps(podNS).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "killed-", Namespace: podNS}, Data: map[string]string{"setting": "on"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().ConfigMaps(podNS).Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+	})
+	newPod := func(i int) *corev1.Pod {
+		pod := busyboxPod(fmt.Sprintf("killed-%d", i), corev1.RestartPolicyAlways, "touch /tmp/ready; exec sleep 3600")
+		pod.Spec.InitContainers = []corev1.Container{{Name: "init", Image: harness.BusyboxImage, Command: []string{"cat", "/config/setting"},
+			VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/config"}}}}
+		pod.Spec.Volumes = []corev1.Volume{
+			{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		}
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = []corev1.VolumeMount{{Name: "config", MountPath: "/config"}, {Name: "scratch", MountPath: "/scratch"}}
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/ready"}}}, PeriodSeconds: 10}
+		if i%2 == 1 {
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 10}
+		}
+		c.Lifecycle = &corev1.Lifecycle{
+			PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"touch", "/scratch/started"}}},
+			PreStop:   &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}},
+		}
+		return pod
+	}
+
+	var live, deleted []*corev1.Pod
+	for round := range 8 {
+		for j := range 3 {
+			live = append(live, createPod(t, newPod(round*3+j)))
+		}
+		if round > 0 && rng.IntN(2) == 0 {
+			i := rng.IntN(len(live))
+			if err := cs.CoreV1().Pods(podNS).Delete(ctx, live[i].Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			deleted = append(deleted, live[i])
+			live = slices.Delete(live, i, i+1)
+		}
+		// The moment of the kill: anywhere in the burst's first seconds.
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(time.Duration(rng.Int64N(int64(3 * time.Second)))):
+		}
+		killAgent(t, cfg)
+		if err := cfg.StartAgent(ctx); err != nil {
+			t.Fatalf("start the agent again (round %d): %v", round, err)
+		}
+	}
+
+	for _, pod := range live {
+		got := waitPod(t, pod, 4*time.Minute, runningAndReady)
+		for _, s := range append(append([]corev1.ContainerStatus{}, got.Status.InitContainerStatuses...), got.Status.ContainerStatuses...) {
+			if s.RestartCount != 0 {
+				t.Errorf("pod %s container %s: restartCount %d (last state %+v), want 0", pod.Name, s.Name, s.RestartCount, s.LastTerminationState)
+			}
+		}
+	}
+	framework.Eventually(t, 3*time.Minute, func() error {
+		for _, pod := range live {
+			var ready int
+			for _, sb := range sandboxesOf(t, string(pod.UID)) {
+				if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+					ready++
+				}
+			}
+			names := map[string]int{}
+			for _, c := range containersOfPod(t, string(pod.UID)) {
+				names[c.Metadata.Name]++
+			}
+			if ready != 1 || names["init"] != 1 || names["main"] != 1 || len(names) != 2 {
+				return fmt.Errorf("pod %s: %d ready sandboxes, containers %v; want one, and one of each", pod.Name, ready, names)
+			}
+		}
+		for _, pod := range deleted {
+			if _, err := cs.CoreV1().Pods(podNS).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+				return fmt.Errorf("deleted pod %s still in the apiserver", pod.Name)
+			}
+			if c, sb := containersOfPod(t, string(pod.UID)), sandboxesOf(t, string(pod.UID)); len(c) > 0 || len(sb) > 0 {
+				return fmt.Errorf("deleted pod %s: containers %s and %d sandboxes in the runtime", pod.Name, describeContainers(c), len(sb))
+			}
 		}
 		return nil
 	})
