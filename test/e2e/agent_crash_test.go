@@ -268,7 +268,7 @@ func TestAgentKilledAtEveryStep(t *testing.T) {
 	}
 
 	var live, deleted []*corev1.Pod
-	for round := range 8 {
+	for round := range 12 {
 		for j := range 3 {
 			live = append(live, createPod(t, newPod(round*3+j)))
 		}

@@ -71,7 +71,7 @@ func (c *Config) AuditLog() string { return c.path("logs", "audit.log") }
 // StopAPIServer stops the kube-apiserver as an outage would: etcd, the controllers and the
 // nodes keep running.
 func (c *Config) StopAPIServer(ctx context.Context) error {
-	return c.stopDaemon(ctx, "kube-apiserver", 30*time.Second)
+	return c.stopDaemon(ctx, "kube-apiserver", 5*time.Second)
 }
 
 // StartAPIServer starts the kube-apiserver again after StopAPIServer, and waits for it to
