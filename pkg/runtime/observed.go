@@ -70,12 +70,41 @@ type ContainerUser struct {
 	SupplementalGroups []int64
 }
 
-// LatestSandbox returns the newest sandbox, or nil.
+// LatestSandbox returns the sandbox the pod lives in, or nil: the newest
+// ready sandbox that holds a live (running or created) container, else
+// the newest ready one, else the newest. Beside it there is normally no
+// other ready sandbox; when there is (a RunPodSandbox that completed after
+// its caller gave up), the one with the pod's containers is the pod's.
 func (s *PodStatus) LatestSandbox() *SandboxStatus {
 	if s == nil || len(s.Sandboxes) == 0 {
 		return nil
 	}
+	var ready *SandboxStatus
+	for _, sb := range s.Sandboxes {
+		if !sb.Ready {
+			continue
+		}
+		if s.holdsLive(sb.ID) {
+			return sb
+		}
+		if ready == nil {
+			ready = sb
+		}
+	}
+	if ready != nil {
+		return ready
+	}
 	return s.Sandboxes[0]
+}
+
+// holdsLive says whether a running or created container is in the sandbox.
+func (s *PodStatus) holdsLive(sandboxID string) bool {
+	for _, c := range s.Containers {
+		if c.SandboxID == sandboxID && (c.State == ContainerRunning || c.State == ContainerCreated) {
+			return true
+		}
+	}
+	return false
 }
 
 // ContainersNamed returns the containers of one name, newest first.

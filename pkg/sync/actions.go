@@ -19,6 +19,9 @@ type podActions struct {
 	// KillPod stops every container and sandbox before anything else: the
 	// sandbox is gone or broken and a new one replaces it.
 	KillPod bool
+	// SandboxesToStop are ready sandboxes beside the pod's own that hold
+	// nothing (duplicateSandboxes): stopped, and collected later.
+	SandboxesToStop []string
 	// CreateSandbox asks for a new sandbox with SandboxAttempt.
 	CreateSandbox  bool
 	SandboxAttempt uint32
@@ -70,7 +73,11 @@ type podActions struct {
 func computePodActions(pod *v1.Pod, observed *runtime.PodStatus, probes probeResults, failedStarts map[string]bool) podActions {
 	a := podActions{NextInit: -1}
 	sb := observed.LatestSandbox()
-	sandboxOK := sb != nil && sb.Ready && readySandboxes(observed) == 1
+	extra, ok := duplicateSandboxes(observed, sb)
+	sandboxOK := sb != nil && sb.Ready && ok
+	if sandboxOK {
+		a.SandboxesToStop = extra
+	}
 	if !sandboxOK {
 		if sb != nil {
 			a.SandboxAttempt = sb.Attempt + 1
@@ -321,14 +328,33 @@ func restartPolicy(pod *v1.Pod, c *v1.Container) v1.RestartPolicy {
 	return pod.Spec.RestartPolicy
 }
 
-func readySandboxes(observed *runtime.PodStatus) int {
-	n := 0
-	for _, sb := range observed.Sandboxes {
-		if sb.Ready {
-			n++
+// duplicateSandboxes returns the ready sandboxes beside current (the
+// pod's, runtime.PodStatus.LatestSandbox) that hold no live container, to
+// be stopped: what a RunPodSandbox that timed out and then completed in
+// the runtime leaves, or one made by an agent killed before it saw the
+// answer. ok is false when another ready sandbox holds live containers
+// too: which one the pod lives in cannot be told, and the pod starts again
+// in a new sandbox, as the kubelet does with more than one ready sandbox.
+func duplicateSandboxes(observed *runtime.PodStatus, current *runtime.SandboxStatus) (extra []string, ok bool) {
+	if current == nil {
+		return nil, true
+	}
+	live := map[string]bool{}
+	for _, c := range observed.Containers {
+		if c.State == runtime.ContainerRunning || c.State == runtime.ContainerCreated {
+			live[c.SandboxID] = true
 		}
 	}
-	return n
+	for _, sb := range observed.Sandboxes {
+		if !sb.Ready || sb.ID == current.ID {
+			continue
+		}
+		if live[sb.ID] {
+			return nil, false
+		}
+		extra = append(extra, sb.ID)
+	}
+	return extra, true
 }
 
 // latestOf is the newest container of a name and kind in any sandbox.

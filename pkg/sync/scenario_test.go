@@ -158,6 +158,17 @@ func (sc *scenario) run(line string) ([]string, error) {
 		if sb := sc.observed.LatestSandbox(); sb != nil {
 			sb.Ready = false
 		}
+	case "sandbox-appears":
+		// A ready sandbox the agent did not see made: a RunPodSandbox that
+		// completed in the runtime after its caller gave up on it.
+		sc.ids++
+		attempt := uint32(0)
+		if sb := sc.observed.LatestSandbox(); sb != nil {
+			attempt = sb.Attempt
+		}
+		sc.observed.Sandboxes = append(sc.observed.Sandboxes, &runtime.SandboxStatus{ID: fmt.Sprintf("sb-%d", sc.ids),
+			Attempt: attempt, Ready: true, CreatedAt: sc.now.Add(time.Duration(sc.ids) * time.Microsecond)})
+		sc.observed.SortNewestFirst()
 	case "probe":
 		c := sc.observed.Latest(f[1])
 		if c == nil {
@@ -336,6 +347,13 @@ func (sc *scenario) carryOut(s step, args map[string]string) outcome {
 		for _, id := range p.ContainersToRemove {
 			sc.removeID(id)
 		}
+		for _, id := range p.SandboxesToStop {
+			for _, sb := range sc.observed.Sandboxes {
+				if sb.ID == id {
+					sb.Ready = false
+				}
+			}
+		}
 		if _, ok := args["sandbox-failed"]; ok && p.CreateSandbox {
 			o.sandboxFailed = true
 			return o
@@ -448,6 +466,9 @@ func describe(s step) string {
 		}
 		if p.CreateSandbox {
 			add("create-sandbox(attempt=%d)", p.SandboxAttempt)
+		}
+		if len(p.SandboxesToStop) > 0 {
+			add("stop-sandboxes=%s", strings.Join(p.SandboxesToStop, ","))
 		}
 		if len(p.ContainersToKill) > 0 {
 			add("replace=%s", strings.Join(p.ContainersToKill, ","))

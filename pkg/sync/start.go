@@ -112,7 +112,7 @@ func (p *pass) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	opts := w.settings.podOptions
 	if cg := w.deps.cgroups; cg != nil {
-		err := w.timed(ctx, "podCgroup", func() error {
+		err := w.timed(ctx, "podCgroup", func(ctx context.Context) error {
 			parent, err := cg.EnsurePod(ctx, pod)
 			opts.CgroupParent = parent
 			return err
@@ -169,6 +169,14 @@ func (p *pass) run(ctx context.Context) {
 			return
 		}
 	}
+	for _, id := range plan.SandboxesToStop {
+		p.changed = true
+		logger.Info("Stopping a second ready sandbox of the pod, which holds nothing", "podSandboxID", id)
+		if err := w.timed(ctx, "stopSandbox", func(ctx context.Context) error { return w.deps.runtime.StopPodSandbox(ctx, id) }); err != nil {
+			logger.Error(err, "Stopping a duplicate sandbox failed, will retry")
+			p.wait(time.Second)
+		}
+	}
 	for _, id := range plan.ContainersToRemove {
 		p.changed = true
 		if err := w.deps.runtime.RemoveContainer(ctx, id); err != nil {
@@ -191,7 +199,7 @@ func (p *pass) run(ctx context.Context) {
 		for _, warn := range warnings {
 			w.deps.events.Eventf(pod, v1.EventTypeWarning, warn.Reason, "%s", warn.Message)
 		}
-		err := w.timed(ctx, "sandbox", func() error {
+		err := w.timed(ctx, "sandbox", func(ctx context.Context) error {
 			if err := os.MkdirAll(sandboxCfg.LogDirectory, logDirMode); err != nil {
 				return fmt.Errorf("create pod log directory: %w", err)
 			}
@@ -280,7 +288,7 @@ func (p *pass) startContainer(ctx context.Context, c *v1.Container, kind contain
 	}
 	cfg := runtime.ContainerConfig(pod, c, in)
 	var id string
-	err = w.timed(ctx, "createContainer:"+c.Name, func() error {
+	err = w.timed(ctx, "createContainer:"+c.Name, func(ctx context.Context) error {
 		if err := os.MkdirAll(filepath.Join(p.sandboxCfg.LogDirectory, c.Name), logDirMode); err != nil {
 			return fmt.Errorf("create container log directory: %w", err)
 		}
@@ -338,7 +346,7 @@ func (p *pass) startCreated(ctx context.Context, c *v1.Container, init bool, id 
 	w := p.w
 	ref := containerRef(p.pod, c, init)
 	p.changed = true
-	err := w.timed(ctx, "startContainer:"+c.Name, func() error { return w.deps.runtime.StartContainer(ctx, id) })
+	err := w.timed(ctx, "startContainer:"+c.Name, func(ctx context.Context) error { return w.deps.runtime.StartContainer(ctx, id) })
 	if err != nil {
 		p.out.startsFailed = append(p.out.startsFailed, id)
 		p.failed(ctx, c, ref, reasonStartError, err, time.Second)
@@ -419,16 +427,21 @@ func podDesc(pod *v1.Pod) string {
 	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
 }
 
-// timed runs one step of a pod's life, timed, logs it as one line and
-// records it in the pod's timeline.
-func (w *Worker) timed(ctx context.Context, name string, fn func() error) error {
+// timed runs one step of a pod's life, timed, logs it as one line,
+// records it in the pod's timeline and traces it: fn runs under a context
+// that carries the step's span.
+func (w *Worker) timed(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	start := w.deps.clock.Now()
-	id := w.deps.timeline.Begin(w.timelinePod(), name, start)
-	err := fn()
+	pod := w.timelinePod()
+	id := w.deps.timeline.Begin(pod, name, start)
+	// The step's span rides fn's context to the calls it makes.
+	sctx, span := w.deps.tracer.Step(ctx, pod, name, start)
+	err := fn(sctx)
 	logger := klog.FromContext(ctx)
 	end := w.deps.clock.Now()
 	d := end.Sub(start)
 	w.deps.timeline.End(w.uid, id, end, err)
+	span.End(end, err)
 	if err != nil {
 		logger.Info("Pod step failed", "step", name, "duration", d, "err", err.Error())
 		return err
@@ -451,7 +464,7 @@ func (w *Worker) restartForResize(ctx context.Context, pod *v1.Pod, observed *ru
 		}
 		w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling,
 			"Container %s resize requires restart", c.Name)
-		return w.timed(ctx, "stopContainer:"+c.Name, func() error {
+		return w.timed(ctx, "stopContainer:"+c.Name, func(ctx context.Context) error {
 			return w.stopContainer(ctx, pod, spec, id, podIP(pod, observed), gracePeriod(pod))
 		})
 	}
@@ -469,7 +482,7 @@ func (w *Worker) replaceContainer(ctx context.Context, pod *v1.Pod, observed *ru
 			w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling,
 				"Container %s definition changed, will be restarted", c.Name)
 		}
-		return w.timed(ctx, "stopContainer:"+c.Name, func() error {
+		return w.timed(ctx, "stopContainer:"+c.Name, func(ctx context.Context) error {
 			spec, _ := specContainer(pod, c.Name, c.Init)
 			return w.stopContainer(ctx, pod, spec, id, podIP(pod, observed), gracePeriod(pod))
 		})

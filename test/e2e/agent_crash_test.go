@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -326,4 +327,78 @@ func TestAgentKilledAtEveryStep(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDuplicateSandboxStopped is not parallel: the agent dies and comes back. While it is
+// dead, a second ready sandbox of a running pod appears in the runtime, as a RunPodSandbox
+// the agent gave up on (a timeout) leaves when it completes after all. The next agent stops
+// the one that holds nothing and the pod runs on in its own, with no restart (the kubelet
+// would start the pod again in a third sandbox).
+func TestDuplicateSandboxStopped(t *testing.T) {
+	requireNodeagent(t)
+	ctx := framework.Context(t, 5*time.Minute)
+	cfg := framework.Cluster(t)
+	rt, _ := framework.CRI(t)
+	pod := waitPod(t, createPod(t, busyboxPod("duplicate-sandbox", corev1.RestartPolicyAlways, "sleep 3600")), 2*time.Minute, runningAndReady)
+	own := sandboxesOf(t, string(pod.UID))
+	if len(own) != 1 {
+		t.Fatalf("%d sandboxes of the pod, want one", len(own))
+	}
+	status, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: own[0].Id, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runtime's record of the sandbox's config gives the cgroup parent, so the
+	// duplicate lies where the agent's own would.
+	var info struct {
+		Config struct {
+			Linux struct {
+				CgroupParent string `json:"cgroup_parent"`
+			} `json:"linux"`
+			LogDirectory string `json:"log_directory"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal([]byte(status.GetInfo()["info"]), &info); err != nil || info.Config.Linux.CgroupParent == "" {
+		t.Fatalf("sandbox status info: %v (cgroup parent %q)", err, info.Config.Linux.CgroupParent)
+	}
+
+	killAgent(t, cfg)
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := cfg.StartAgent(context.Background()); err != nil {
+				t.Errorf("start the agent again: %v", err)
+			}
+		}
+	})
+	dup, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata:     own[0].Metadata,
+		Labels:       own[0].Labels,
+		Annotations:  own[0].Annotations,
+		LogDirectory: info.Config.LogDirectory,
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: info.Config.Linux.CgroupParent},
+	}})
+	if err != nil {
+		t.Fatalf("CRI RunPodSandbox: %v", err)
+	}
+	if err := cfg.StartAgent(ctx); err != nil {
+		t.Fatalf("start the agent again: %v", err)
+	}
+	restarted = true
+
+	framework.Eventually(t, 2*time.Minute, func() error {
+		for _, sb := range sandboxesOf(t, string(pod.UID)) {
+			if sb.Id == dup.PodSandboxId && sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+				return fmt.Errorf("the duplicate sandbox %s is still ready", dup.PodSandboxId)
+			}
+			if sb.Id == own[0].Id && sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+				t.Fatalf("the pod's own sandbox %s was stopped", sb.Id)
+			}
+		}
+		return nil
+	})
+	got := waitPod(t, pod, time.Minute, runningAndReady)
+	if c := got.Status.ContainerStatuses[0]; c.RestartCount != 0 || c.ContainerID != pod.Status.ContainerStatuses[0].ContainerID {
+		t.Errorf("the pod's container: %s restarted %d times, want %s running on", c.ContainerID, c.RestartCount, pod.Status.ContainerStatuses[0].ContainerID)
+	}
 }
