@@ -3,7 +3,7 @@ package node
 import (
 	"context"
 	"errors"
-	goruntime "runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,29 +101,85 @@ func TestLeaseRecoversFromFailedUpdate(t *testing.T) {
 	}
 }
 
+// waitRecorder is a fake clock that reports every wait the renewer starts,
+// once the wait is registered, so the test steps the clock exactly when
+// the renewer is blocked on it and knows how long it chose to wait.
+type waitRecorder struct {
+	*clocktesting.FakeClock
+	waits chan time.Duration
+}
+
+func (c *waitRecorder) After(d time.Duration) <-chan time.Time {
+	ch := c.FakeClock.After(d)
+	c.waits <- d
+	return ch
+}
+
+// TestLeaseRunRetriesFast drives run through failures and successes and
+// checks each wait it chooses and the Lease it leaves: a failure is retried
+// after leaseRetryInitial, doubling, not after the whole interval; a
+// success renews the Lease to the clock's time and waits the interval; a
+// success resets the back-off.
 func TestLeaseRunRetriesFast(t *testing.T) {
 	uid := types.UID("u")
-	l, client, clk := newTestLease(&uid)
-	attempts := make(chan struct{}, 10)
-	calls := 0
-	client.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		calls++
-		attempts <- struct{}{}
-		if calls == 1 {
-			return true, nil, errors.New("apiserver unavailable")
+	l, client, fakeClock := newTestLease(&uid)
+	clk := &waitRecorder{FakeClock: fakeClock, waits: make(chan time.Duration, 8)}
+	l.clock = clk
+	var failCreates, failUpdates atomic.Int32
+	failCreates.Store(2)
+	failing := func(n *atomic.Int32) k8stesting.ReactionFunc {
+		return func(k8stesting.Action) (bool, runtime.Object, error) {
+			if n.Add(-1) >= 0 {
+				return true, nil, errors.New("apiserver unavailable")
+			}
+			return false, nil, nil
 		}
-		return false, nil, nil
-	})
+	}
+	client.PrependReactor("create", "leases", failing(&failCreates))
+	client.PrependReactor("update", "leases", failing(&failUpdates))
+	renewedAt := func(step string) {
+		t.Helper()
+		lease, err := client.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), "nodeagent-node", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if !lease.Spec.RenewTime.Time.Equal(clk.Now()) {
+			t.Fatalf("%s: renewTime = %v, want %v", step, lease.Spec.RenewTime.Time, clk.Now())
+		}
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.run(ctx); close(done) }()
-	<-attempts
-	// The retry waits leaseRetryInitial, not the whole interval.
-	for !clk.HasWaiters() {
-		goruntime.Gosched() // until the renewer waits on the fake clock
+	// run must return once ctx ends; if it does not, the test hangs here.
+	t.Cleanup(func() { cancel(); <-done })
+
+	steps := []struct {
+		name     string
+		before   func() // runs while the renewer waits, before its wait ends
+		wantWait time.Duration
+		after    func(step string) // checks the state the renewal left
+	}{
+		{name: "first create fails", wantWait: leaseRetryInitial},
+		{name: "second create fails", wantWait: 2 * leaseRetryInitial},
+		{name: "create succeeds", wantWait: 10 * time.Second, after: renewedAt},
+		{name: "update succeeds", wantWait: 10 * time.Second, after: renewedAt},
+		{name: "update fails after a success", before: func() { failUpdates.Store(1) }, wantWait: leaseRetryInitial},
+		{name: "update succeeds again", wantWait: 10 * time.Second, after: renewedAt},
 	}
-	clk.Step(leaseRetryInitial)
-	<-attempts
-	cancel()
-	<-done
+	for i, step := range steps {
+		if step.before != nil {
+			step.before()
+		}
+		if i > 0 {
+			clk.Step(steps[i-1].wantWait)
+		}
+		got := <-clk.waits
+		if got != step.wantWait {
+			t.Fatalf("%s: run waits %v, want %v", step.name, got, step.wantWait)
+		}
+		if step.after != nil {
+			step.after(step.name)
+		}
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -99,15 +98,35 @@ func TestPrepareSubPath(t *testing.T) {
 	}
 }
 
-// TestPrepareSubPathSymlinkRace swaps a directory and a symlink to the
-// host while subPaths are prepared: every bind that succeeds must show the
-// volume's directory, never the host's.
+// swapBeforeBind is the kernel mounter with one step added: just before a
+// subPath bind, after PrepareSubPath has resolved and checked the path,
+// it runs swap. That is the moment of CVE-2017-1002101: a check of the
+// path followed by a mount of the path again mounts whatever the path
+// names by then.
+type swapBeforeBind struct {
+	kernelMounter
+	swap func(t *testing.T)
+	t    *testing.T
+	// swapped counts the swaps done, so a test knows the dangerous
+	// interleaving happened.
+	swapped int
+}
+
+func (m *swapBeforeBind) mount(source, target, fstype string, flags uintptr, data string) error {
+	if strings.Contains(target, "/volume-subpaths/") && m.swap != nil {
+		m.swap(m.t)
+		m.swapped++
+	}
+	return m.kernelMounter.mount(source, target, fstype, flags, data)
+}
+
+// TestPrepareSubPathSymlinkRace makes the race happen by construction: the
+// volume's directory d is exchanged (RENAME_EXCHANGE) with a symlink to the
+// host after PrepareSubPath checked it and before it binds, or before it
+// checks. Every bind that succeeds must show the volume's content, never
+// the host's, and a link present at the check must be refused.
 func TestPrepareSubPathSymlinkRace(t *testing.T) {
 	f := newKernelFixture(t)
-	outside := t.TempDir()
-	if err := os.WriteFile(filepath.Join(outside, "host-marker"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	pod := basePod(withVolume("data", v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}))
 	mounts, err := f.mgr.MountPod(ctx, pod)
@@ -115,62 +134,97 @@ func TestPrepareSubPathSymlinkRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	vol := mounts["data"].HostPath
-	// d and other are exchanged atomically (RENAME_EXCHANGE), so d always
-	// exists: now the volume's directory, now a link to the host.
-	target := filepath.Join(vol, "d")
-	other := filepath.Join(vol, "other")
-	if err := os.Mkdir(target, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(target, "volume-marker"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, other); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_ = unix.Renameat2(unix.AT_FDCWD, target, unix.AT_FDCWD, other, unix.RENAME_EXCHANGE)
-		}
-	}()
-	var bound, refused int
-	for i := range 200 {
-		p, err := f.mgr.PrepareSubPath(ctx, SubPathRequest{PodUID: pod.UID, Volume: "data", VolumePath: vol, Container: "c", MountIndex: i, SubPath: "d"})
+	outside := t.TempDir()
+	must := func(err error) {
+		t.Helper()
 		if err != nil {
-			refused++
-			continue
-		}
-		bound++
-		if _, err := os.Stat(filepath.Join(p, "volume-marker")); err != nil {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("bind %d does not show the volume's directory: %v", i, err)
-		}
-		if _, err := os.Stat(filepath.Join(p, "host-marker")); err == nil {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("bind %d exposes the host directory", i)
+			t.Fatal(err)
 		}
 	}
-	close(stop)
-	wg.Wait()
-	t.Logf("%d bound, %d refused", bound, refused)
-	if bound == 0 || refused == 0 {
-		t.Logf("the race did not hit both cases this run")
+	must(os.WriteFile(filepath.Join(outside, "host-marker"), nil, 0o600))
+	must(os.WriteFile(filepath.Join(outside, "file"), []byte("host"), 0o600))
+	// d and other are exchanged atomically, so d always exists: now the
+	// volume's directory, now a link to the host.
+	d, other := filepath.Join(vol, "d"), filepath.Join(vol, "other")
+	must(os.Mkdir(d, 0o755))
+	must(os.WriteFile(filepath.Join(d, "volume-marker"), nil, 0o644))
+	must(os.WriteFile(filepath.Join(d, "file"), []byte("volume"), 0o644))
+	must(os.Symlink(outside, other))
+	exchange := func(t *testing.T) {
+		t.Helper()
+		if err := unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, other, unix.RENAME_EXCHANGE); err != nil {
+			t.Fatalf("exchange: %v", err)
+		}
 	}
-	if err := f.mgr.UnmountPod(ctx, pod.UID); err != nil {
-		t.Fatal(err)
+	dIsLink := func() bool {
+		fi, err := os.Lstat(d)
+		must(err)
+		return fi.Mode()&os.ModeSymlink != 0
 	}
-	if _, err := os.Stat(filepath.Join(outside, "host-marker")); err != nil {
-		t.Errorf("host directory damaged: %v", err)
+	m := &swapBeforeBind{t: t}
+	f.mgr = mustManagerWith(t, f, m)
+
+	tests := []struct {
+		name        string
+		subPath     string
+		linkAtCheck bool // d is the host link when PrepareSubPath starts
+		swapAtBind  bool // d is exchanged between the check and the bind
+		wantErr     string
+		wantFile    string // the bound directory must show it
+		wantData    string // the bound file's content
+	}{
+		{name: "directory swapped for a host link before the bind", subPath: "d", swapAtBind: true, wantFile: "volume-marker"},
+		{name: "file's parent swapped for a host link before the bind", subPath: "d/file", swapAtBind: true, wantData: "volume"},
+		{name: "host link in place at the check", subPath: "d", linkAtCheck: true, wantErr: "escapes the volume"},
+		{name: "host link in place at the check, file below", subPath: "d/file", linkAtCheck: true, wantErr: "escapes the volume"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m.t = t
+			if dIsLink() != tc.linkAtCheck {
+				exchange(t)
+			}
+			m.swap, m.swapped = nil, 0
+			if tc.swapAtBind {
+				m.swap = func(t *testing.T) {
+					exchange(t)
+					if !dIsLink() {
+						t.Fatal("d is not the host link at the bind")
+					}
+				}
+			}
+			target, err := f.mgr.PrepareSubPath(ctx, SubPathRequest{PodUID: pod.UID, Volume: "data", VolumePath: vol, Container: "c", MountIndex: i, SubPath: tc.subPath})
+			if tc.swapAtBind && m.swapped != 1 {
+				t.Fatalf("swapped %d times before the bind, want 1 (err %v)", m.swapped, err)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q (bound %s)", err, tc.wantErr, target)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantFile != "" {
+				if _, err := os.Stat(filepath.Join(target, "host-marker")); err == nil {
+					t.Fatalf("bind %s exposes the host directory", target)
+				}
+				if _, err := os.Stat(filepath.Join(target, tc.wantFile)); err != nil {
+					t.Fatalf("bind %s does not show the volume's directory: %v", target, err)
+				}
+			}
+			if tc.wantData != "" {
+				if b, err := os.ReadFile(target); err != nil || string(b) != tc.wantData {
+					t.Fatalf("bound file = %q %v, want %q", b, err, tc.wantData)
+				}
+			}
+		})
+	}
+	must(f.mgr.UnmountPod(ctx, pod.UID))
+	for name, want := range map[string]string{"host-marker": "", "file": "host"} {
+		if b, err := os.ReadFile(filepath.Join(outside, name)); err != nil || string(b) != want {
+			t.Errorf("host file %s damaged: %q %v", name, b, err)
+		}
 	}
 }

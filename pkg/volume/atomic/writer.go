@@ -46,6 +46,17 @@ type FileProjection struct {
 // serialise writes per volume.
 type Writer struct {
 	dir string
+	// afterStep, when set (tests only), runs after each change Write makes
+	// to the directory, with the step's name: a test reads the directory
+	// there, at every moment a concurrent reader could, instead of hoping
+	// a reader goroutine lands in the window.
+	afterStep func(step string)
+}
+
+func (w *Writer) stepDone(step string) {
+	if w.afterStep != nil {
+		w.afterStep(step)
+	}
 }
 
 // NewWriter returns a Writer for dir, which must already exist and be a real
@@ -94,7 +105,8 @@ func (w *Writer) Write(payload map[string]FileProjection, setPerms func(dir stri
 		_ = os.RemoveAll(tsDir)
 		return false, fmt.Errorf("chmod version directory: %w", err)
 	}
-	if err := writePayload(tsDir, clean); err != nil {
+	w.stepDone("version directory created")
+	if err := w.writePayload(tsDir, clean); err != nil {
 		_ = os.RemoveAll(tsDir)
 		return false, err
 	}
@@ -103,6 +115,7 @@ func (w *Writer) Write(payload map[string]FileProjection, setPerms func(dir stri
 			_ = os.RemoveAll(tsDir)
 			return false, fmt.Errorf("set permissions: %w", err)
 		}
+		w.stepDone("permissions set")
 	}
 
 	// Swap ..data. A stale ..data_tmp (a crash mid-swap, or a planted
@@ -116,11 +129,13 @@ func (w *Writer) Write(payload map[string]FileProjection, setPerms func(dir stri
 		_ = os.RemoveAll(tsDir)
 		return false, fmt.Errorf("create %s: %w", newDataLink, err)
 	}
+	w.stepDone(newDataLink + " created")
 	if err := w.replaceDataLink(tmpLink); err != nil {
 		_ = os.Remove(tmpLink)
 		_ = os.RemoveAll(tsDir)
 		return false, err
 	}
+	w.stepDone(dataLink + " swapped")
 
 	if err := w.createLinks(clean); err != nil {
 		return true, err
@@ -132,6 +147,7 @@ func (w *Writer) Write(payload map[string]FileProjection, setPerms func(dir stri
 		if err := os.RemoveAll(filepath.Join(w.dir, oldTS)); err != nil {
 			return true, fmt.Errorf("remove old version %s: %w", oldTS, err)
 		}
+		w.stepDone("old version removed")
 	}
 	return true, nil
 }
@@ -245,7 +261,7 @@ func readNoFollow(p string) ([]byte, error) {
 }
 
 // writePayload writes every file under dir, creating parent directories.
-func writePayload(dir string, payload map[string]FileProjection) error {
+func (w *Writer) writePayload(dir string, payload map[string]FileProjection) error {
 	for rel, fp := range payload {
 		p := filepath.Join(dir, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -265,6 +281,7 @@ func writePayload(dir string, payload map[string]FileProjection) error {
 		if err := os.Chmod(p, mode); err != nil {
 			return fmt.Errorf("chmod %s: %w", rel, err)
 		}
+		w.stepDone("file written")
 	}
 	return nil
 }
@@ -295,6 +312,7 @@ func (w *Writer) createLinks(payload map[string]FileProjection) error {
 		if err := os.Symlink(want, p); err != nil {
 			return fmt.Errorf("link %s: %w", top, err)
 		}
+		w.stepDone("link created")
 	}
 	return nil
 }
@@ -310,6 +328,7 @@ func (w *Writer) removeStale(old map[string]bool, payload map[string]FileProject
 		if err := os.Remove(filepath.Join(w.dir, top)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove stale %s: %w", top, err)
 		}
+		w.stepDone("stale link removed")
 	}
 	return nil
 }

@@ -1,15 +1,14 @@
 package atomic
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -239,85 +238,179 @@ func TestPlantedSymlinksNotFollowed(t *testing.T) {
 	}
 }
 
-// TestConcurrentReaderSeesOneVersion pins ..data once, as a reader that
-// opens the directory does, and reads every file through it: the files
-// must all come from one version.
-func TestConcurrentReaderSeesOneVersion(t *testing.T) {
-	dir := t.TempDir()
-	w, _ := NewWriter(dir)
-	names := []string{"a", "b", "c", "d/e"}
-	version := func(i int) map[string]FileProjection {
-		p := map[string]FileProjection{}
-		for _, n := range names {
-			p[n] = FileProjection{Data: bytes.Repeat([]byte{byte('0' + i%10)}, 4096), Mode: 0o644}
+// readTree reads every regular file under root (followed if it is a link),
+// keyed by its path relative to root. Links that lead nowhere (a name whose
+// version is gone) are left out, as a reader would find them missing.
+func readTree(root string) (map[string]string, error) {
+	out := map[string]string{}
+	err := filepath.WalkDir(root+"/", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
 		}
-		return p
-	}
-	if _, err := w.Write(version(0), nil); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var readErr error
-	var reads int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+		rel, _ := filepath.Rel(root, filepath.Clean(p))
+		if p == root+"/" || strings.HasPrefix(rel, "..") {
+			if d.IsDir() && p != root+"/" {
+				return fs.SkipDir
 			}
-			fd, err := unix.Open(filepath.Join(dir, "..data"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil && errors.Is(err, unix.EISDIR):
+			// A link to a directory: walk it as the reader would.
+			sub, err := readTree(p)
+			for k, v := range sub {
+				out[filepath.Join(rel, k)] = v
+			}
+			return err
+		case err != nil:
+			return err
+		}
+		out[rel] = string(b)
+		return nil
+	})
+	return out, err
+}
+
+// TestReaderSeesOneVersionAtEveryStep reads the volume after every change
+// Write makes to it (the writer's afterStep seam), which is every moment a
+// concurrent reader could land in, so the interleavings a reader goroutine
+// would only hit by luck are all taken, every run. At each step:
+//   - the tree under ..data is exactly the old set or exactly the new one;
+//   - once it is the new one it never goes back;
+//   - the user-visible names show files of one version only, and with the
+//     same names in both versions exactly one whole version;
+//   - a reader that opened ..data before the swap (an open directory, as a
+//     process's cwd) still reads the whole old set until it is removed.
+func TestReaderSeesOneVersionAtEveryStep(t *testing.T) {
+	tests := []struct {
+		name     string
+		old, new []string
+	}{
+		{name: "same names", old: []string{"a", "b", "c", "d/e"}, new: []string{"a", "b", "c", "d/e"}},
+		{name: "names added and removed", old: []string{"a", "b", "d/e"}, new: []string{"a", "c", "d/f"}},
+	}
+	version := func(tag string, names []string) (map[string]FileProjection, map[string]string) {
+		payload, want := map[string]FileProjection{}, map[string]string{}
+		for _, n := range names {
+			payload[n] = FileProjection{Data: []byte(tag + ":" + n), Mode: 0o644}
+			want[n] = tag + ":" + n
+		}
+		return payload, want
+	}
+	// versionOf says which version every file of got belongs to, or "mix".
+	versionOf := func(got map[string]string) string {
+		tags := map[string]bool{}
+		for _, v := range got {
+			tags[strings.SplitN(v, ":", 2)[0]] = true
+		}
+		if len(tags) > 1 {
+			return "mix"
+		}
+		for tag := range tags {
+			return tag
+		}
+		return "none"
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := NewWriter(dir)
 			if err != nil {
-				continue // between versions on a busy writer
+				t.Fatal(err)
 			}
-			seen := map[string]bool{}
-			complete := true
-			for _, n := range names {
-				f, err := unix.Openat(fd, n, unix.O_RDONLY, 0)
-				if err != nil {
-					complete = false // version removed under us: whole-set gone, not a mix
-					break
+			oldPayload, oldWant := version("old", tc.old)
+			newPayload, newWant := version("new", tc.new)
+			if _, err := w.Write(oldPayload, nil); err != nil {
+				t.Fatal(err)
+			}
+			sameNames := fmt.Sprint(tc.old) == fmt.Sprint(tc.new)
+
+			pinned := -1
+			var steps []string
+			seen := map[string]int{}
+			pinnedReads := 0
+			w.afterStep = func(step string) {
+				steps = append(steps, step)
+				if pinned < 0 {
+					if pinned, err = unix.Open(filepath.Join(dir, dataLink), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+						t.Fatalf("%s: pin %s: %v", step, dataLink, err)
+					}
 				}
-				file := os.NewFile(uintptr(f), n)
-				b := make([]byte, 8192)
-				k, _ := file.Read(b)
-				file.Close()
-				seen[string(b[:k])] = true
-			}
-			unix.Close(fd)
-			if complete {
-				reads++
-				if len(seen) != 1 {
-					readErr = errors.New("reader saw files of two versions")
+				data, err := readTree(filepath.Join(dir, dataLink))
+				if err != nil {
+					t.Fatalf("%s: read %s: %v", step, dataLink, err)
+				}
+				var now string
+				switch fmt.Sprint(data) {
+				case fmt.Sprint(oldWant):
+					now = "old"
+				case fmt.Sprint(newWant):
+					now = "new"
+				default:
+					t.Fatalf("after %q %s holds %v: neither the old set %v nor the new %v", step, dataLink, data, oldWant, newWant)
+				}
+				if now == "old" && seen["new"] > 0 {
+					t.Fatalf("after %q %s went back to the old version", step, dataLink)
+				}
+				seen[now]++
+
+				vis, err := readTree(dir)
+				if err != nil {
+					t.Fatalf("%s: read visible names: %v", step, err)
+				}
+				if v := versionOf(vis); v != now {
+					t.Fatalf("after %q the visible names show %v (%s) while %s is %s", step, vis, v, dataLink, now)
+				}
+				if sameNames && fmt.Sprint(vis) != fmt.Sprint(data) {
+					t.Fatalf("after %q the visible names show %v, want the whole %s version %v", step, vis, now, data)
+				}
+
+				if step == "old version removed" {
 					return
 				}
+				for _, n := range tc.old {
+					fd, err := unix.Openat(pinned, n, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+					if err != nil {
+						t.Fatalf("after %q the pinned reader cannot open %s: %v", step, n, err)
+					}
+					f := os.NewFile(uintptr(fd), n) // f owns fd now
+					b, err := io.ReadAll(f)
+					f.Close()
+					if err != nil || string(b) != oldWant[n] {
+						t.Fatalf("after %q the pinned reader reads %s = %q %v, want %q", step, n, b, err, oldWant[n])
+					}
+				}
+				pinnedReads++
 			}
-		}
-	}()
-	for i := 1; i < 300; i++ {
-		if _, err := w.Write(version(i), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	close(stop)
-	wg.Wait()
-	if readErr != nil {
-		t.Fatal(readErr)
-	}
-	if reads == 0 {
-		t.Log("reader never completed a read; the writer was too fast")
-	}
-	// A reader of the user-visible path never sees a partial file.
-	b, err := os.ReadFile(filepath.Join(dir, "a"))
-	if err != nil || len(b) != 4096 {
-		t.Fatalf("final read: %d bytes, %v", len(b), err)
-	}
-	if v := versionDirs(t, dir); len(v) != 1 {
-		sort.Strings(v)
-		t.Errorf("leftover versions: %v", v)
+			if _, err := w.Write(newPayload, nil); err != nil {
+				t.Fatal(err)
+			}
+			if pinned >= 0 {
+				unix.Close(pinned)
+			}
+			// The steps that make the window must all have been taken.
+			for _, step := range []string{"file written", newDataLink + " created", dataLink + " swapped", "old version removed"} {
+				if !slices.Contains(steps, step) {
+					t.Fatalf("Write never reached %q; steps %v", step, steps)
+				}
+			}
+			if seen["old"] == 0 || seen["new"] == 0 {
+				t.Fatalf("reads saw %v, want both versions", seen)
+			}
+			if pinnedReads == 0 {
+				t.Fatal("the pinned reader never read")
+			}
+			if got := visible(t, dir); fmt.Sprint(got) != fmt.Sprint(newWant) {
+				t.Errorf("final files = %v, want %v", got, newWant)
+			}
+			if v := versionDirs(t, dir); len(v) != 1 {
+				t.Errorf("leftover versions: %v", v)
+			}
+			t.Logf("%d steps, %v", len(steps), seen)
+		})
 	}
 }
 
