@@ -109,6 +109,10 @@ func (n Node) PodCIDR() string { return fmt.Sprintf("10.244.%d.0/24", n.Index) }
 // the first node's path, so paths in configs are the same on every node.
 var nodeOwnDirs = []string{"agent", "containerd", "cni"}
 
+// podLogsDir is the agents' podLogsDirectory (the kubelet's default), which every node
+// beyond the first has its own of.
+const podLogsDir = "/var/log/pods"
+
 // nodePath is where a file of the node's own dirs is, seen from the machine.
 func (c *Config) nodePath(n Node, elem ...string) string {
 	if n.Index == 0 {
@@ -141,6 +145,13 @@ func (c *Config) startNode(ctx context.Context, n Node, binds ...[2]string) erro
 		return err
 	}
 	args := []string{"--hostname=" + n.Name, "--socket=" + c.initSocket(n), "--detach=" + c.RunDir}
+	// Every node has its own pod log directory, as a machine of its own would: an agent
+	// removes the log directories of pods it does not run (the kubelet does, of every pod
+	// it does not know), which would take the other nodes' logs.
+	if err := c.makeMountpoint(podLogsDir); err != nil {
+		return err
+	}
+	binds = append(binds, [2]string{c.path("nodes", n.tag(), "var-log-pods"), podLogsDir})
 	for _, b := range binds {
 		if err := os.MkdirAll(b[0], 0o755); err != nil {
 			return err
