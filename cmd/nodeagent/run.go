@@ -87,10 +87,24 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 
+	// The kubelet's tracing: pods' starts and their steps, and the CRI
+	// calls they make, with the trace context handed on to the runtime.
+	traces, err := newTracing(ctx, kc.Tracing, cfg.hostname, cfg.version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := traces.shutdown(ctx); err != nil {
+			logger.Error(err, "Exporting the last spans failed")
+		}
+	}()
+	podTracer := timeline.NewTracer(timeline.TracerConfig{Provider: traces.tracerProvider()})
+
 	cri, err := runtime.NewClient(runtime.Config{
-		Endpoint:     kc.ContainerRuntimeEndpoint,
-		CallTimeout:  kc.RuntimeRequestTimeout.Duration,
-		Interceptors: []grpc.UnaryClientInterceptor{agentMetrics.RuntimeInterceptor()},
+		Endpoint:      kc.ContainerRuntimeEndpoint,
+		CallTimeout:   kc.RuntimeRequestTimeout.Duration,
+		Interceptors:  []grpc.UnaryClientInterceptor{agentMetrics.RuntimeInterceptor()},
+		StatsHandlers: traces.criStatsHandlers(),
 	})
 	if err != nil {
 		return err
@@ -259,6 +273,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		MaxParallelImagePulls: maxParallelImagePulls(kc),
 		Metrics:               agentMetrics,
 		Timeline:              timelines,
+		Tracer:                podTracer,
 	})
 	if err != nil {
 		return err
@@ -393,6 +408,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return staticPods.Run(gctx) })
 	g.Go(func() error { return mirrors.Run(gctx) })
 	g.Go(func() error { return csiNode.Run(gctx) })
+	g.Go(func() error { return volumes.RunExpansion(gctx, recorder) })
 	g.Go(func() error { return objects.Run(gctx) })
 	if podNetwork != nil {
 		g.Go(func() error { return podNetwork(gctx) })

@@ -134,6 +134,7 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 		errs = append(errs, err)
 	}
 	validateEnforcement(kc, fail)
+	errs = append(errs, validateTracing(kc.Tracing)...)
 	if _, err := pullPolicy(kc); err != nil {
 		fail("imagePullCredentialsVerificationPolicy", "%v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -37,6 +38,9 @@ type Config struct {
 	CallTimeout time.Duration
 	// Interceptors wrap every unary call, in order (metrics).
 	Interceptors []grpc.UnaryClientInterceptor
+	// StatsHandlers see every call and stream (tracing: they open the
+	// calls' spans and hand the trace context on to the runtime).
+	StatsHandlers []stats.Handler
 }
 
 // Client talks to the runtime and image services of one CRI endpoint. The
@@ -86,7 +90,7 @@ func NewClient(cfg Config) (*Client, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
-	conn, err := grpc.NewClient(target,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -94,7 +98,11 @@ func NewClient(cfg Config) (*Client, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithChainUnaryInterceptor(cfg.Interceptors...),
-	)
+	}
+	for _, h := range cfg.StatsHandlers {
+		opts = append(opts, grpc.WithStatsHandler(h))
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to container runtime %q: %w", cfg.Endpoint, err)
 	}

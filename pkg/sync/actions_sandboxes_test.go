@@ -12,7 +12,9 @@ import (
 // TestDuplicateSandboxes: which sandbox the pod lives in when the runtime holds more than
 // one ready sandbox of it, and what becomes of the others.
 func TestDuplicateSandboxes(t *testing.T) {
-	sb := func(id string, ready bool) *runtime.SandboxStatus { return &runtime.SandboxStatus{ID: id, Ready: ready} }
+	sb := func(id string, ready bool) *runtime.SandboxStatus {
+		return &runtime.SandboxStatus{ID: id, Ready: ready}
+	}
 	ctr := func(id, sandbox string, st runtime.ContainerState) *runtime.ContainerStatus {
 		return &runtime.ContainerStatus{ID: id, Name: "a", SandboxID: sandbox, State: st}
 	}

@@ -189,6 +189,7 @@ func (d *Dispatcher) admit(ctx context.Context, uid types.UID) {
 			step.Error = r.Reason + ": " + r.Message
 		}
 		d.deps.timeline.Record(timelinePod(pod), step)
+		d.deps.tracer.Admitted(ctx, timelinePod(pod), step)
 	} else {
 		r.Admit = true // it started ending while it waited, and never ran
 	}

@@ -122,6 +122,7 @@ type deps struct {
 	clock       clock.WithTicker
 	metrics     Metrics
 	timeline    Timeline
+	tracer      Tracer
 	pulls       *pullSlots
 	// pullRecords judge pods' use of present images and record pulls.
 	pullRecords PullRecords

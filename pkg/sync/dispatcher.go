@@ -108,6 +108,9 @@ type Config struct {
 	// Timeline records every step of each pod's life; nil records
 	// nothing.
 	Timeline Timeline
+	// Tracer makes spans of pods' starts and their steps (the kubelet's
+	// tracing); nil makes none.
+	Tracer Tracer
 	// Allocations keeps the resources each pod was given (in-place
 	// resize); nil keeps them in memory only.
 	Allocations *allocation.Store
@@ -179,6 +182,9 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	if cfg.Timeline == nil {
 		cfg.Timeline = noTimeline{}
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noTracer{}
+	}
 	if cfg.PullRecords == nil {
 		cfg.PullRecords = trustAll{}
 	}
@@ -215,7 +221,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 			hooks: cfg.Hooks, clock: cfg.Clock, metrics: cfg.Metrics, pulls: newPullSlots(cfg.MaxParallelImagePulls),
 			pullRecords:    cfg.PullRecords,
 			runtimeClasses: cfg.RuntimeClasses, alloc: cfg.Allocations, resizes: newResizeConditions(),
-			timeline: cfg.Timeline,
+			timeline: cfg.Timeline, tracer: cfg.Tracer,
 		},
 		settings: &settings{
 			podOptions: cfg.PodOptions, resources: cfg.Resources, runtimeHandler: cfg.RuntimeHandler,

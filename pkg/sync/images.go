@@ -125,7 +125,7 @@ func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageF
 		if img := resp.GetImage(); img != nil {
 			v := w.deps.pullRecords.MustPull(ctx, req.image, img.GetId(), recordedSecrets(podCreds()))
 			if !v.Pull {
-				w.imagePresent(req.step)
+				w.imagePresent(ctx, req.step)
 				events.Eventf(about, v1.EventTypeNormal, eventPulled, "Container image %q already present on machine and can be accessed by the pod", req.image)
 				return imageRef(img, image), nil
 			}
@@ -167,7 +167,7 @@ func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageF
 	start := w.deps.clock.Now()
 	events.Eventf(about, v1.EventTypeNormal, eventPulling, "Pulling image %q", req.image)
 	var pulling time.Time
-	err = w.timed(ctx, req.step, func() error {
+	err = w.timed(ctx, req.step, func(ctx context.Context) error {
 		release, err := w.deps.pulls.slot(ctx)
 		if err != nil {
 			return err

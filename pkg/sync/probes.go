@@ -112,7 +112,7 @@ func (w *Worker) killForProbe(ctx context.Context, pod *v1.Pod, observed *runtim
 		grace = *k.Grace
 	}
 	w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "%s", k.Message)
-	return w.timed(ctx, "stopContainer:"+k.Name, func() error {
+	return w.timed(ctx, "stopContainer:"+k.Name, func(ctx context.Context) error {
 		return w.stopContainer(ctx, pod, spec, k.ID, podIP(pod, observed), grace)
 	})
 }
@@ -123,15 +123,15 @@ func (w *Worker) killForProbe(ctx context.Context, pod *v1.Pod, observed *runtim
 func (w *Worker) stopContainer(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, ip string, grace int64) error {
 	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && grace > 0 {
 		start := w.deps.clock.Now()
-		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
 		t := probe.Target{Pod: pod, Container: spec, ContainerID: id, PodIP: ip}
 		var msg string
-		err := w.timed(ctx, "preStop:"+spec.Name, func() error {
+		err := w.timed(ctx, "preStop:"+spec.Name, func(ctx context.Context) error {
+			hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
+			defer cancel()
 			var err error
 			msg, err = w.deps.hooks.RunHook(hctx, t, spec.Lifecycle.PreStop)
 			return err
 		})
-		cancel()
 		if err != nil {
 			klog.FromContext(ctx).V(1).Info("PreStop hook failed", "container", spec.Name, "err", err.Error())
 			w.deps.events.Eventf(containerRef(pod, spec, isInit(pod, spec)), v1.EventTypeWarning, eventFailedPreStopHook, "%s", msg)
@@ -156,7 +156,7 @@ func (p *pass) runPostStart(ctx context.Context, c *v1.Container, init bool, id 
 	}
 	t := probe.Target{Pod: pod, Container: c, ContainerID: id, PodIP: ip}
 	var msg string
-	err := w.timed(ctx, "postStart:"+c.Name, func() error {
+	err := w.timed(ctx, "postStart:"+c.Name, func(ctx context.Context) error {
 		var err error
 		msg, err = w.deps.hooks.RunHook(ctx, t, c.Lifecycle.PostStart)
 		return err

@@ -341,7 +341,7 @@ func (p *pass) applyResizes(ctx context.Context) error {
 		}
 		res := qos.ContainerResources(pod, c, w.settings.resources)
 		p.changed = true
-		err := w.timed(ctx, "resizeContainer:"+c.Name, func() error {
+		err := w.timed(ctx, "resizeContainer:"+c.Name, func(ctx context.Context) error {
 			return w.deps.runtime.UpdateContainerResources(ctx, r.id, &runtimeapi.ContainerResources{Linux: res})
 		})
 		if err != nil {

@@ -61,7 +61,7 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		if c.State != runtime.ContainerRunning {
 			hooked = nil // no preStop in a container that is not running
 		}
-		err := w.timed(ctx, "stopContainer:"+c.Name, func() error {
+		err := w.timed(ctx, "stopContainer:"+c.Name, func(ctx context.Context) error {
 			return w.stopContainer(ctx, pod, hooked, c.ID, ip, grace)
 		})
 		if err != nil {
@@ -100,7 +100,7 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 			continue
 		}
 		acted = true
-		if err := w.timed(ctx, "stopSandbox", func() error { return w.deps.runtime.StopPodSandbox(ctx, sb.ID) }); err != nil {
+		if err := w.timed(ctx, "stopSandbox", func(ctx context.Context) error { return w.deps.runtime.StopPodSandbox(ctx, sb.ID) }); err != nil {
 			errs = append(errs, fmt.Errorf("stop sandbox: %w", err))
 		}
 	}
@@ -136,7 +136,7 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 			errs = append(errs, err)
 		}
 	}
-	if err := w.timed(ctx, "unmountVolumes", func() error { return w.deps.volumes.UnmountPod(ctx, pod.UID) }); err != nil {
+	if err := w.timed(ctx, "unmountVolumes", func(ctx context.Context) error { return w.deps.volumes.UnmountPod(ctx, pod.UID) }); err != nil {
 		errs = append(errs, err)
 	}
 	if pod.Namespace != "" && pod.Name != "" {

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -48,6 +49,8 @@ func (w *Worker) timelinePod() timeline.Pod {
 
 // imagePresent records an image pull step that found the image on the
 // node: no pull, no time.
-func (w *Worker) imagePresent(step string) {
-	w.deps.timeline.Record(w.timelinePod(), timeline.Step{Name: step, Start: w.deps.clock.Now(), Cached: true})
+func (w *Worker) imagePresent(ctx context.Context, step string) {
+	pod, st := w.timelinePod(), timeline.Step{Name: step, Start: w.deps.clock.Now(), Cached: true}
+	w.deps.timeline.Record(pod, st)
+	w.deps.tracer.Record(ctx, pod, st)
 }

@@ -59,7 +59,7 @@ func (w *Worker) mountVolumes(ctx context.Context, pod *v1.Pod) (time.Duration, 
 		return pv.retryAt.Sub(now), errVolumesPending
 	}
 	var mounts volume.Mounts
-	err := w.timed(ctx, "volumes", func() error {
+	err := w.timed(ctx, "volumes", func(ctx context.Context) error {
 		var err error
 		mounts, err = w.deps.volumes.MountPod(ctx, pod)
 		return err
@@ -135,7 +135,7 @@ func complete(pod *v1.Pod, mounts volume.Mounts) bool {
 // releaseVolumes tears down the volumes of a pod whose containers have all
 // stopped. Its directory goes with them.
 func (w *Worker) releaseVolumes(ctx context.Context, pod *v1.Pod) error {
-	if err := w.timed(ctx, "unmountVolumes", func() error { return w.deps.volumes.UnmountPod(ctx, pod.UID) }); err != nil {
+	if err := w.timed(ctx, "unmountVolumes", func(ctx context.Context) error { return w.deps.volumes.UnmountPod(ctx, pod.UID) }); err != nil {
 		return err
 	}
 	w.volumes = podVolumes{}

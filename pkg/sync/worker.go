@@ -180,6 +180,9 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 		actuated: w.deps.alloc.ActuatedPod(w.uid),
 		resync:   w.settings.resync, maxRestartBackoff: w.settings.maxRestartBackoff,
 	})
+	// The pod's start, while it lasts, is the parent of the pass's steps;
+	// a step that ends the pod ends its start.
+	ctx = w.deps.tracer.Pass(ctx, w.uid, s.kind != stepSync && s.kind != stepIdle, now)
 	o := w.execute(ctx, s, pod, observed)
 	w.state = advance(w.state, s, o, now)
 	if w.state.phase != phaseSyncing {
@@ -269,8 +272,10 @@ func (w *Worker) passContext(ctx context.Context) (context.Context, func()) {
 func (w *Worker) report(pod *v1.Pod, observed *runtime.PodStatus) {
 	w.deps.probes.UpdatePod(pod, observed)
 	st := w.computeStatus(pod, observed, false)
-	w.start.observe(w.deps.metrics, pod, st, w.deps.clock.Now())
-	w.deps.timeline.ObserveStatus(timelinePod(pod), &st, w.deps.clock.Now())
+	now, tp := w.deps.clock.Now(), timelinePod(pod)
+	w.start.observe(w.deps.metrics, pod, st, now)
+	w.deps.timeline.ObserveStatus(tp, &st, now)
+	w.deps.tracer.ObserveStatus(tp, &st, now)
 	w.deps.status.Set(pod, st)
 }
 

@@ -86,6 +86,9 @@ type csiPlugin struct {
 	layout     poddir.Layout
 	mounter    mounter
 
+	// expand grows the published volumes of claims whose size grew.
+	expand *expander
+
 	mu      sync.Mutex
 	volumes map[string]*sync.Mutex // per volume (driver^handle): stage, publish and unstage in turn
 	// staged holds the staging directories staged by this run, so the
@@ -104,6 +107,23 @@ type publishedVolume struct {
 	// republish: the CSIDriver asks for NodePublishVolume at every sync
 	// (requiresRepublish), e.g. to hand the driver fresh tokens.
 	republish bool
+
+	// What online expansion needs, for volumes of a claim (claim.Name is
+	// empty for inline volumes, which never grow): the claim, the pod
+	// that events go to, the capability it was published with, and the
+	// PV's nodeExpandSecretRef.
+	claim        types.NamespacedName
+	pod          podRef
+	readOnly     bool
+	block        bool
+	capability   *csipb.VolumeCapability
+	expandSecret *v1.SecretReference
+}
+
+// podRef names a pod for events.
+type podRef struct {
+	namespace, name string
+	uid             types.UID
 }
 
 func newCSIPlugin(client kubernetes.Interface, tokens *tokenSource, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
@@ -147,6 +167,11 @@ type csiVolume struct {
 	publishRef   *v1.SecretReference
 	rwo          bool
 	block        bool // volumeMode Block: a device for volumeDevices
+	expandSecret *v1.SecretReference
+	// The claim and its PV as read to resolve the volume; nil for inline
+	// volumes.
+	pvc *v1.PersistentVolumeClaim
+	pv  *v1.PersistentVolume
 }
 
 // resolve follows a pod volume to its CSI source: the claim, its bound PV.
@@ -221,6 +246,9 @@ func (p *csiPlugin) resolve(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (*
 		publishRef:   src.NodePublishSecretRef,
 		rwo:          slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce) || slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOncePod),
 		block:        pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock,
+		expandSecret: src.NodeExpandSecretRef,
+		pvc:          pvc,
+		pv:           pv,
 	}
 	return cv, nil
 }
@@ -363,10 +391,25 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 			staging = p.blockDir("staging", cv.dirName)
 		}
 	}
+	capability := &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: cv.fsType, MountFlags: cv.mountOptions}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: cv.accessMode},
+	}
+	if cv.block {
+		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+	} else if driver.VolumeMountGroup && req.fsGroup != nil {
+		capability.GetMount().VolumeMountGroup = strconv.FormatInt(*req.fsGroup, 10)
+	}
 	record := publishedVolume{driver: cv.driver, handle: cv.handle, target: target, staging: staging, dirName: cv.dirName,
-		mount: mnt, republish: pol.requiresRepublish}
+		mount: mnt, republish: pol.requiresRepublish,
+		pod:      podRef{namespace: req.pod.Namespace, name: req.pod.Name, uid: req.pod.UID},
+		readOnly: cv.readOnly, block: cv.block, capability: capability, expandSecret: cv.expandSecret}
+	if cv.pvc != nil {
+		record.claim = types.NamespacedName{Namespace: cv.pvc.Namespace, Name: cv.pvc.Name}
+	}
 	if _, ok := findMount(mps, target); ok && !pol.requiresRepublish {
 		p.remember(req.pod.UID, req.vol.Name, record)
+		p.expand.observe(cv.pvc, cv.pv)
 		return mnt, nil // published by an earlier pass
 	}
 
@@ -412,15 +455,6 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		}
 	}
 
-	capability := &csipb.VolumeCapability{
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: cv.fsType, MountFlags: cv.mountOptions}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: cv.accessMode},
-	}
-	if cv.block {
-		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
-	} else if driver.VolumeMountGroup && req.fsGroup != nil {
-		capability.GetMount().VolumeMountGroup = strconv.FormatInt(*req.fsGroup, 10)
-	}
 	if staging != "" {
 		if err := p.stage(ctx, driver, cv, staging, publishContext, capability); err != nil {
 			return Mount{}, err
@@ -473,6 +507,7 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 		}
 	}
 	p.remember(req.pod.UID, req.vol.Name, record)
+	p.expand.observe(cv.pvc, cv.pv)
 	klog.FromContext(ctx).V(2).Info("CSI volume published", "volume", req.vol.Name, "driver", cv.driver,
 		"handle", cv.handle, "staged", staging != "", "target", target)
 	return mnt, nil

@@ -59,9 +59,15 @@ type Config struct {
 	// HugePagesDir lists the host's huge page sizes. Defaults to
 	// /sys/kernel/mm/hugepages.
 	HugePagesDir string
+	// ClaimCheckPeriod is how often RunExpansion reads the claims of
+	// published CSI volumes to learn that one grew. Defaults to
+	// DefaultClaimCheckPeriod.
+	ClaimCheckPeriod time.Duration
 
 	// mounter replaces the kernel in tests.
 	mounter mounter
+	// expandClock times the expansion's looks and back-offs in tests.
+	expandClock clock.Clock
 }
 
 // Manager sets up and tears down the volumes of the pods on this node.
@@ -71,6 +77,7 @@ type Manager struct {
 	mounter mounter
 	tokens  *tokenSource
 	certs   *podCertSource
+	expand  *expander // nil without CSI
 	log     klog.Logger
 
 	mu   sync.Mutex
@@ -133,9 +140,28 @@ func NewManager(cfg Config) (*Manager, error) {
 		},
 	}
 	if cfg.CSIDrivers != nil {
-		m.plugins = append(m.plugins, newCSIPlugin(cfg.Client, tokens, cfg.CSIDrivers, string(cfg.NodeName), m.layout, cfg.mounter))
+		csiP := newCSIPlugin(cfg.Client, tokens, cfg.CSIDrivers, string(cfg.NodeName), m.layout, cfg.mounter)
+		if cfg.Client != nil {
+			if cfg.expandClock == nil {
+				cfg.expandClock = clock.RealClock{}
+			}
+			m.expand = newExpander(csiP, cfg.Client, cfg.expandClock, cfg.ClaimCheckPeriod)
+			csiP.expand = m.expand
+		}
+		m.plugins = append(m.plugins, csiP)
 	}
 	return m, nil
+}
+
+// RunExpansion grows the published CSI volumes of claims whose size grew
+// (online expansion, NodeExpandVolume), recording its events with rec,
+// until ctx ends. Without CSI drivers or an API client it only waits.
+func (m *Manager) RunExpansion(ctx context.Context, rec Recorder) error {
+	if m.expand == nil || rec == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return m.expand.run(ctx, rec)
 }
 
 func (m *Manager) lockPod(uid types.UID) func() {

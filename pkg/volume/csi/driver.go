@@ -41,6 +41,10 @@ type Driver struct {
 	// driver applies the pod's fsGroup itself, given as volume_mount_group
 	// at stage and publish, and the node changes no ownership.
 	VolumeMountGroup bool
+	// NodeExpand is the EXPAND_VOLUME node capability: the driver grows a
+	// published volume on the node (NodeExpandVolume) after its controller
+	// grew it.
+	NodeExpand bool
 
 	conn *grpc.ClientConn
 	node csipb.NodeClient
@@ -92,6 +96,8 @@ func dialDriver(ctx context.Context, name, endpoint string) (*Driver, error) {
 			d.VolumeStats = true
 		case csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP:
 			d.VolumeMountGroup = true
+		case csipb.NodeServiceCapability_RPC_EXPAND_VOLUME:
+			d.NodeExpand = true
 		}
 	}
 	return d, nil

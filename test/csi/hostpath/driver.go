@@ -83,6 +83,8 @@ type loopDevices interface {
 	Detach(device string) error
 	// Find returns the device bound to file, "" if none.
 	Find(file string) (string, error)
+	// Resize makes a device take in the new size of its backing file.
+	Resize(device string) error
 }
 
 // Driver serves the CSI identity, controller and node services.

@@ -57,8 +57,9 @@ func (m *fakeMounter) IsMountPoint(path string) (bool, error) {
 
 // fakeLoops hands out /dev/loopN for files.
 type fakeLoops struct {
-	bound map[string]string // file -> device
-	next  int
+	bound   map[string]string // file -> device
+	next    int
+	resized []string // devices told their new size
 }
 
 func (l *fakeLoops) Attach(file string) (string, error) {
@@ -78,6 +79,11 @@ func (l *fakeLoops) Detach(dev string) error {
 }
 
 func (l *fakeLoops) Find(file string) (string, error) { return l.bound[file], nil }
+
+func (l *fakeLoops) Resize(dev string) error {
+	l.resized = append(l.resized, dev)
+	return nil
+}
 
 // fixture is a driver on fakes, with a state dir and a node dir for staging and targets.
 type fixture struct {

@@ -24,6 +24,11 @@ func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabiliti
 			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}},
 		})
 	}
+	// Volumes grow while published (ControllerExpandVolume, then NodeExpandVolume).
+	resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{
+		Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{
+			Type: csi.PluginCapability_VolumeExpansion_ONLINE}},
+	})
 	return resp, nil
 }
 

@@ -138,3 +138,16 @@ func (l sysLoops) Find(file string) (string, error) {
 	}
 	return "", nil
 }
+
+// Resize tells the loop device that its backing file changed size (LOOP_SET_CAPACITY).
+func (l sysLoops) Resize(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_SET_CAPACITY, 0); err != nil {
+		return fmt.Errorf("LOOP_SET_CAPACITY %s: %w", dev, err)
+	}
+	return nil
+}

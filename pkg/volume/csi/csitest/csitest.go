@@ -28,6 +28,7 @@ type Driver struct {
 	Stage    bool              // advertise STAGE_UNSTAGE_VOLUME
 	Stats    bool              // advertise GET_VOLUME_STATS; usage is 1000 bytes of 4096, 3 inodes of 64
 	Group    bool              // advertise VOLUME_MOUNT_GROUP
+	Expand   bool              // advertise EXPAND_VOLUME
 	Topology map[string]string // NodeGetInfo's accessible topology
 	// FailPublish makes that many NodePublishVolume calls fail first.
 	FailPublish int
@@ -39,6 +40,9 @@ type Driver struct {
 	// StageErr and UnstageErr likewise for NodeStageVolume and
 	// NodeUnstageVolume.
 	UnpublishErr, StageErr, UnstageErr error
+	// ExpandErrs are the answers of the next NodeExpandVolume calls, one
+	// each, before they succeed.
+	ExpandErrs []error
 
 	mu    sync.Mutex
 	calls []string
@@ -91,6 +95,10 @@ func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilities
 		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
 			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS}}})
 	}
+	if d.Expand {
+		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
+			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_EXPAND_VOLUME}}})
+	}
 	if d.Group {
 		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{
 			Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP}}})
@@ -104,6 +112,18 @@ func (d *Driver) NodeGetVolumeStats(_ context.Context, req *csipb.NodeGetVolumeS
 		{Unit: csipb.VolumeUsage_BYTES, Total: 4096, Available: 3096, Used: 1000},
 		{Unit: csipb.VolumeUsage_INODES, Total: 64, Available: 61, Used: 3},
 	}}, nil
+}
+
+func (d *Driver) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	d.record("NodeExpandVolume", req.GetVolumeId(), req)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.ExpandErrs) > 0 {
+		err := d.ExpandErrs[0]
+		d.ExpandErrs = d.ExpandErrs[1:]
+		return nil, err
+	}
+	return &csipb.NodeExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
 }
 
 func (d *Driver) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
