@@ -32,6 +32,8 @@ type nodeAPIExtras struct {
 
 // newNodeServer builds the node's HTTPS API (port 10250) from the configuration: the
 // serving certificate, authentication and authorization as kubelet users configure them.
+// The per-user stream and follow caps and the TokenReview rate limit, which the kubelet
+// has no settings for, keep pkg/server's defaults.
 // With enableServer false it returns nil and binds nothing, as the kubelet opens no port.
 func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.RuntimeService, pods server.PodLister, extras nodeAPIExtras) (*server.Server, error) {
 	kc := cfg.kubelet
@@ -77,6 +79,7 @@ func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.Runt
 	if extras.metrics != nil {
 		sc.Metrics = extras.metrics.Handler()
 		sc.ProbeMetrics = extras.metrics.ProbesHandler()
+		sc.MetricsRegistry = extras.metrics.Registry()
 	}
 	return server.New(sc)
 }

@@ -52,7 +52,7 @@ type authenticator struct {
 	now       func() time.Time
 }
 
-func newAuthenticator(cfg Config) (*authenticator, error) {
+func newAuthenticator(cfg Config, metrics *serverMetrics) (*authenticator, error) {
 	a := &authenticator{anonymous: cfg.AnonymousEnabled, now: time.Now}
 	if cfg.ClientCAFile != "" {
 		cas, err := certs.NewCABundleFile(cfg.ClientCAFile)
@@ -65,7 +65,13 @@ func newAuthenticator(cfg Config) (*authenticator, error) {
 		if cfg.Client == nil {
 			return nil, errors.New("webhook authentication needs an apiserver client")
 		}
-		a.tokens = newTokenCache(cfg.Client.AuthenticationV1().TokenReviews(), cfg.TokenCacheTTL, cfg.TokenCacheTTL, time.Now)
+		a.tokens = newTokenCache(tokenCacheConfig{
+			reviewer:   cfg.Client.AuthenticationV1().TokenReviews(),
+			successTTL: cfg.TokenCacheTTL,
+			failureTTL: cfg.TokenCacheTTL,
+			limit:      newTokenBucket(cfg.TokenReviewQPS, cfg.TokenReviewBurst, time.Now),
+			metrics:    metrics,
+		})
 	}
 	return a, nil
 }

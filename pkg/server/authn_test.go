@@ -24,9 +24,11 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	compbase "k8s.io/component-base/metrics"
 )
 
 // testCA signs client certificates in tests.
@@ -116,7 +118,7 @@ func TestX509Authentication(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			authn, err := newAuthenticator(Config{ClientCAFile: caFile, AnonymousEnabled: tt.anonymous})
+			authn, err := newAuthenticator(Config{ClientCAFile: caFile, AnonymousEnabled: tt.anonymous}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,7 +195,7 @@ func TestTokenCache(t *testing.T) {
 	var calls atomic.Int32
 	client := tokenClient(&calls, map[string]string{"good": "carol"})
 	now := time.Unix(1000, 0)
-	c := newTokenCache(client.AuthenticationV1().TokenReviews(), time.Minute, 10*time.Second, func() time.Time { return now })
+	c := newTokenCache(tokenCacheConfig{reviewer: client.AuthenticationV1().TokenReviews(), successTTL: time.Minute, failureTTL: 10 * time.Second, now: func() time.Time { return now }})
 	ctx := context.Background()
 
 	review := func(token string, wantUser string, wantCalls int32) {
@@ -232,7 +234,7 @@ func TestTokenCacheDoesNotKeepErrors(t *testing.T) {
 		calls.Add(1)
 		return true, nil, errors.New("connection refused")
 	})
-	c := newTokenCache(client.AuthenticationV1().TokenReviews(), time.Minute, time.Minute, time.Now)
+	c := newTokenCache(tokenCacheConfig{reviewer: client.AuthenticationV1().TokenReviews(), successTTL: time.Minute, failureTTL: time.Minute})
 	for range 2 {
 		if _, err := c.review(context.Background(), "t"); err == nil || errors.Is(err, errTokenRejected) {
 			t.Fatalf("err = %v, want a review failure", err)
@@ -243,30 +245,180 @@ func TestTokenCacheDoesNotKeepErrors(t *testing.T) {
 	}
 }
 
+// gatedReviewer answers every review as user dave, but holds each answer
+// until n reviews are under way at once or wait has passed. Shared
+// reviews never reach n, so each waits; unshared ones are let go together.
+// Unlike the fake clientset, it does not serialise calls.
+type gatedReviewer struct {
+	n     int32
+	wait  time.Duration
+	calls atomic.Int32
+	all   chan struct{}
+}
+
+func (g *gatedReviewer) Create(_ context.Context, tr *authnv1.TokenReview, _ metav1.CreateOptions) (*authnv1.TokenReview, error) {
+	if g.calls.Add(1) == g.n {
+		close(g.all)
+	}
+	select {
+	case <-g.all:
+	case <-time.After(g.wait):
+	}
+	out := tr.DeepCopy()
+	out.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "dave"}}
+	return out, nil
+}
+
+// TestTokenCacheSharesConcurrentReviews: n identical requests at once
+// send one TokenReview. Without the sharing all n reach the reviewer
+// together and the count says so.
 func TestTokenCacheSharesConcurrentReviews(t *testing.T) {
-	var calls atomic.Int32
-	release := make(chan struct{})
-	client := tokenClient(&calls, map[string]string{"good": "dave"})
-	client.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
-		<-release
-		return false, nil, nil
-	})
-	c := newTokenCache(client.AuthenticationV1().TokenReviews(), time.Minute, time.Minute, time.Now)
+	const n = 16
+	reviewer := &gatedReviewer{n: n, wait: 500 * time.Millisecond, all: make(chan struct{})}
+	c := newTokenCache(tokenCacheConfig{reviewer: reviewer, successTTL: time.Minute, failureTTL: time.Minute})
+	start := make(chan struct{})
 	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range n {
+		wg.Go(func() {
+			<-start
 			if u, err := c.review(context.Background(), "good"); err != nil || u.Name != "dave" {
 				t.Errorf("review = %v, %v", u, err)
 			}
-		}()
+		})
 	}
-	time.Sleep(50 * time.Millisecond)
-	close(release)
+	close(start)
 	wg.Wait()
-	if calls.Load() != 1 {
-		t.Errorf("%d reviews for one token, want 1", calls.Load())
+	if got := reviewer.calls.Load(); got != 1 {
+		t.Errorf("%d TokenReviews for %d concurrent requests with one token, want 1", got, n)
+	}
+}
+
+// TestTokenReviewsRateLimited: reviews of tokens not in the cache take
+// from a token bucket; past it a token is not reviewed (and nothing is
+// remembered of it), while cached answers cost nothing.
+func TestTokenReviewsRateLimited(t *testing.T) {
+	var calls atomic.Int32
+	client := tokenClient(&calls, map[string]string{"good": "carol"})
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	reg := compbase.NewKubeRegistry()
+	c := newTokenCache(tokenCacheConfig{
+		reviewer: client.AuthenticationV1().TokenReviews(), successTTL: time.Minute, failureTTL: time.Minute,
+		limit: newTokenBucket(1, 3, clock), metrics: newServerMetrics(reg), now: clock,
+	})
+	ctx := context.Background()
+	steps := []struct {
+		token   string
+		advance time.Duration
+		want    error // nil: carol
+		calls   int32
+	}{
+		{token: "bad-1", want: errTokenRejected, calls: 1},
+		{token: "bad-2", want: errTokenRejected, calls: 2},
+		{token: "good", calls: 3},
+		{token: "bad-3", want: errTokenReviewsThrottled, calls: 3},
+		{token: "good", calls: 3},
+		{token: "bad-1", want: errTokenRejected, calls: 3},
+		{token: "bad-3", advance: time.Second, want: errTokenRejected, calls: 4},
+		{token: "bad-4", want: errTokenReviewsThrottled, calls: 4},
+	}
+	for i, s := range steps {
+		now = now.Add(s.advance)
+		u, err := c.review(ctx, s.token)
+		switch {
+		case s.want == nil && (err != nil || u.Name != "carol"):
+			t.Fatalf("step %d: review(%q) = %v, %v; want carol", i, s.token, u, err)
+		case s.want != nil && !errors.Is(err, s.want):
+			t.Fatalf("step %d: review(%q) = %v, %v; want %v", i, s.token, u, err, s.want)
+		}
+		if calls.Load() != s.calls {
+			t.Fatalf("step %d: after review(%q), %d TokenReviews, want %d", i, s.token, calls.Load(), s.calls)
+		}
+	}
+	want := map[string]float64{
+		`nodeagent_token_reviews_total{result="unauthenticated"}`: 3,
+		`nodeagent_token_reviews_total{result="authenticated"}`:   1,
+		`nodeagent_token_reviews_throttled_total`:                 2,
+	}
+	for name, v := range want {
+		if got := gathered(t, reg)[name]; got != v {
+			t.Errorf("%s = %v, want %v", name, got, v)
+		}
+	}
+}
+
+// gathered is what reg exposes, as "name{label=\"value\",...}" -> value.
+func gathered(t *testing.T, reg compbase.KubeRegistry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			name := f.GetName()
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[name] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// TestBadTokenFlood: many requests with distinct made-up tokens at once
+// through the whole handler send no more TokenReviews than the bucket
+// holds; the rest are answered 429 with Retry-After, none of them 5xx.
+func TestBadTokenFlood(t *testing.T) {
+	var calls atomic.Int32
+	reg := compbase.NewKubeRegistry()
+	cfg := baseConfig(t)
+	cfg.WebhookAuthenticationEnabled = true
+	cfg.Client = tokenClient(&calls, nil)
+	cfg.TokenReviewQPS = 0.001
+	cfg.TokenReviewBurst = 5
+	cfg.MetricsRegistry = reg
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.listener.Close() })
+	const flood = 100
+	codes := make(chan int, flood)
+	var wg sync.WaitGroup
+	for i := range flood {
+		wg.Go(func() {
+			r := httptest.NewRequest(http.MethodGet, "/pods", nil)
+			r.Header.Set("Authorization", fmt.Sprintf("Bearer made-up-%d", i))
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, r)
+			if rec.Code == http.StatusTooManyRequests && rec.Header().Get("Retry-After") == "" {
+				t.Errorf("429 without Retry-After")
+			}
+			codes <- rec.Code
+		})
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if calls.Load() != 5 || count[http.StatusUnauthorized] != 5 || count[http.StatusTooManyRequests] != flood-5 {
+		t.Errorf("%d TokenReviews, answers %v; want 5 reviews, 5 401s and %d 429s", calls.Load(), count, flood-5)
+	}
+	if got := gathered(t, reg)[`nodeagent_token_reviews_total{result="unauthenticated"}`]; got != 5 {
+		t.Errorf("nodeagent_token_reviews_total{result=\"unauthenticated\"} = %v, want 5", got)
 	}
 }
 

@@ -168,7 +168,7 @@ func TestWithAuthDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens := map[string]string{"alice-token": "alice", "bob-token": "bob"}
-	authn := &authenticator{tokens: newTokenCache(tokenClient(nil, tokens).AuthenticationV1().TokenReviews(), time.Minute, time.Minute, time.Now), now: time.Now}
+	authn := &authenticator{tokens: newTokenCache(tokenCacheConfig{reviewer: tokenClient(nil, tokens).AuthenticationV1().TokenReviews(), successTTL: time.Minute, failureTTL: time.Minute}), now: time.Now}
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("served")) })
 	h := withCanonicalPath(withAuth(authn, authz, next))
 

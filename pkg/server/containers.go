@@ -67,6 +67,10 @@ type api struct {
 	profilingOn  bool
 	// nodeLogs serves /logs/; nil when enableSystemLogHandler is off.
 	nodeLogs *nodeLogs
+	// streams and follows cap each user's exec/attach/port-forward
+	// streams and followed logs.
+	streams *concurrencyLimit
+	follows *concurrencyLimit
 }
 
 // podRef is the pod a request names: /<op>/{namespace}/{pod}[/{uid}]/...

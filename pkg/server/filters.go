@@ -40,6 +40,12 @@ func withAuth(authn *authenticator, authz *authorizer, next http.Handler) http.H
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		logger := klog.FromContext(r.Context())
 		u, err := authn.authenticate(r)
+		if errors.Is(err, errTokenReviewsThrottled) {
+			logger.V(3).Info("Refused a request: too many token reviews", "path", r.URL.Path, "remote", r.RemoteAddr)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "Too many requests with bearer tokens to review; try again later", http.StatusTooManyRequests)
+			return
+		}
 		if err != nil {
 			logger.V(3).Info("Refused unauthenticated request", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err.Error())
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
@@ -59,7 +65,7 @@ func withAuth(authn *authenticator, authz *authorizer, next http.Handler) http.H
 				return
 			}
 			if allowed {
-				ctx := klog.NewContext(r.Context(), logger.WithValues("user", u.Name))
+				ctx := withUser(klog.NewContext(r.Context(), logger.WithValues("user", u.Name)), u)
 				next.ServeHTTP(w, r.WithContext(ctx))
 				return
 			}
@@ -75,6 +81,48 @@ func withAuth(authn *authenticator, authz *authorizer, next http.Handler) http.H
 		http.Error(w, msg, http.StatusForbidden)
 	})
 }
+
+// withUpgradeFailureClose closes the connection of an upgrade request
+// (exec, attach, port-forward over SPDY or WebSocket) that is answered
+// with anything but 101 Switching Protocols, whatever refused it (path,
+// authentication, authorization, a cap, the runtime), as the kubelet's
+// upgrade-aware proxy closes one the runtime refused: a client whose upgrade
+// failed must not go on to send requests on a connection it believed was to
+// become a stream (CVE-2018-1002105).
+func withUpgradeFailureClose(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isUpgradeRequest(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(&upgradeResponseWriter{ResponseWriter: w}, r)
+	})
+}
+
+// upgradeResponseWriter marks any final response "Connection: close",
+// which the server honours by closing the connection after it. A 101 is
+// written on the hijacked connection and never passes here.
+type upgradeResponseWriter struct {
+	http.ResponseWriter
+	wroteHeader bool
+}
+
+func (w *upgradeResponseWriter) WriteHeader(code int) {
+	if !w.wroteHeader && code >= 200 {
+		w.wroteHeader = true
+		w.Header().Set("Connection", "close")
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *upgradeResponseWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *upgradeResponseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // httpError is an error with the status code a handler answers it with.
 type httpError struct {

@@ -127,6 +127,14 @@ func (a *api) getContainerLogs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	if opts.follow {
+		release, err := a.follows.acquire(userName(ctx))
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		defer release()
+	}
 	rc := http.NewResponseController(w)
 	sent := &sentWriter{w: w, progress: writeProgress(rc, a.idleTimeout)}
 	bw := bufio.NewWriterSize(sent, 32<<10)

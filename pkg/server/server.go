@@ -31,8 +31,20 @@ const (
 	defaultRuntimeRequestTimeout = 2 * time.Minute
 	// maxHeaderBytes bounds request headers; the node API takes no large bodies.
 	maxHeaderBytes = 1 << 20
-	// readHeaderTimeout stops clients that open a connection and say nothing.
+	// idleTimeout closes a kept-alive connection with no request for this
+	// long: the kubelet's value on :10250, which matches how long Go
+	// clients (http.DefaultTransport) keep an idle connection.
+	idleTimeout = 90 * time.Second
+	// readHeaderTimeout closes a connection that does not finish its TLS
+	// handshake or its request headers within this long. The kubelet sets
+	// none and falls back on its 4 h read timeout; a client that opens a
+	// connection and says nothing should not hold it that long.
 	readHeaderTimeout = 30 * time.Second
+
+	defaultMaxStreamsPerUser    = 128
+	defaultMaxLogFollowsPerUser = 256
+	defaultTokenReviewQPS       = 20
+	defaultTokenReviewBurst     = 100
 )
 
 // PodLister returns the pods the agent runs (the desired pods, as /pods shows
@@ -85,6 +97,16 @@ type Config struct {
 	// (authentication.webhook.cacheTTL); 0 means 2m. Refused tokens are
 	// remembered as long, as the kubelet does.
 	TokenCacheTTL time.Duration
+	// TokenReviewQPS and TokenReviewBurst bound the TokenReviews sent for
+	// tokens not in the cache (a token bucket: Burst at once, then QPS a
+	// second); 0 means 20 and 100, negative means no limit. Over it a request
+	// is answered 429 with Retry-After, without a review and without caching
+	// anything, so that a flood of made-up tokens is not passed on to the
+	// apiserver while a real client simply retries. Requests sharing one
+	// review, and tokens in the cache, take nothing from the bucket. The
+	// kubelet has no such limit: this is nodeagent's.
+	TokenReviewQPS   float64
+	TokenReviewBurst int
 
 	// AuthorizationMode is Webhook or AlwaysAllow (authorization.mode).
 	AuthorizationMode string
@@ -115,6 +137,19 @@ type Config struct {
 	// RuntimeRequestTimeout bounds each short CRI call; 0 means 2m.
 	RuntimeRequestTimeout time.Duration
 
+	// MaxStreamsPerUser caps the exec, attach and port-forward streams one
+	// client identity (the authenticated user name) holds open at once;
+	// MaxLogFollowsPerUser caps its followed logs (containerLogs with
+	// follow=true). Past a cap the request is answered 429 naming the cap.
+	// 0 means 128 and 256; negative means no cap. The kubelet has no such
+	// caps: they are nodeagent's. The defaults are generous because
+	// everything that comes through the apiserver (kubectl exec, logs -f,
+	// port-forward) arrives as the apiserver's one identity, so the caps
+	// bound all such traffic to the node together: 256 follows cover
+	// following every container of a full node (maxPods 110) at once.
+	MaxStreamsPerUser    int
+	MaxLogFollowsPerUser int
+
 	// Stats answers /stats/summary and /metrics/resource; nil leaves
 	// them out.
 	Stats SummaryProvider
@@ -124,6 +159,10 @@ type Config struct {
 	// leaves them out.
 	Metrics      http.Handler
 	ProbeMetrics http.Handler
+	// MetricsRegistry is where the node API registers its own metrics
+	// (nodeagent_token_reviews_total and the like); nil keeps them
+	// unregistered.
+	MetricsRegistry MetricsRegistry
 	// Configz is the effective configuration /configz shows (a
 	// KubeletConfiguration with its kind and apiVersion); nil leaves
 	// /configz out.
@@ -152,6 +191,10 @@ type Server struct {
 	listener net.Listener
 	tls      *tls.Config
 	handler  http.Handler
+	// idleTimeout and readHeaderTimeout are the constants of the same
+	// names; tests shorten them.
+	idleTimeout       time.Duration
+	readHeaderTimeout time.Duration
 	// reloaders keep the certificate files and client CA bundle current
 	// while the server runs.
 	reloaders []func(context.Context) error
@@ -171,7 +214,8 @@ func New(cfg Config) (*Server, error) {
 	if certFiles != nil {
 		reloaders = append(reloaders, certFiles.Run)
 	}
-	authn, err := newAuthenticator(cfg)
+	metrics := newServerMetrics(cfg.MetricsRegistry)
+	authn, err := newAuthenticator(cfg, metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -206,11 +250,13 @@ func New(cfg Config) (*Server, error) {
 		configz:      cfg.Configz,
 		debugging:    cfg.EnableDebuggingHandlers,
 		profilingOn:  cfg.EnableProfilingHandler,
+		streams:      newConcurrencyLimit(cfg.MaxStreamsPerUser, limitStreams, metrics),
+		follows:      newConcurrencyLimit(cfg.MaxLogFollowsPerUser, limitLogFollows, metrics),
 	}
 	if cfg.EnableSystemLogHandler {
 		api.nodeLogs = &nodeLogs{dir: cfg.NodeLogDir, query: cfg.EnableSystemLogQuery, journalctl: defaultJournalctl}
 	}
-	handler := withCanonicalPath(withAuth(authn, authz, api.routes()))
+	handler := withUpgradeFailureClose(withCanonicalPath(withAuth(authn, authz, api.routes())))
 
 	port := int(cfg.Port)
 	if port < 0 {
@@ -221,7 +267,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for the node API on %s: %w", addr, err)
 	}
-	return &Server{listener: l, tls: tlsCfg, handler: handler, reloaders: reloaders}, nil
+	return &Server{
+		listener: l, tls: tlsCfg, handler: handler, reloaders: reloaders,
+		idleTimeout: idleTimeout, readHeaderTimeout: readHeaderTimeout,
+	}, nil
 }
 
 func applyDefaults(cfg *Config) error {
@@ -258,6 +307,18 @@ func applyDefaults(cfg *Config) error {
 	if cfg.NodeLogDir == "" {
 		cfg.NodeLogDir = DefaultNodeLogDir
 	}
+	if cfg.MaxStreamsPerUser == 0 {
+		cfg.MaxStreamsPerUser = defaultMaxStreamsPerUser
+	}
+	if cfg.MaxLogFollowsPerUser == 0 {
+		cfg.MaxLogFollowsPerUser = defaultMaxLogFollowsPerUser
+	}
+	if cfg.TokenReviewQPS == 0 {
+		cfg.TokenReviewQPS = defaultTokenReviewQPS
+	}
+	if cfg.TokenReviewBurst == 0 {
+		cfg.TokenReviewBurst = defaultTokenReviewBurst
+	}
 	if cfg.StreamingConnectionIdleTimeout < 0 {
 		return fmt.Errorf("node API: streamingConnectionIdleTimeout %s is negative", cfg.StreamingConnectionIdleTimeout)
 	}
@@ -275,10 +336,14 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // session must not keep the agent from exiting.
 func (s *Server) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	// The kubelet's 4 h ReadTimeout and WriteTimeout are left out: they
+	// would cut a followed log at 4 h however lively. Streams and follows
+	// end by StreamingConnectionIdleTimeout and are capped per user instead.
 	srv := &http.Server{
 		Handler:           s.handler,
 		TLSConfig:         s.tls,
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: s.readHeaderTimeout,
+		IdleTimeout:       s.idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}

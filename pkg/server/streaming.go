@@ -158,6 +158,12 @@ func (a *api) serveStream(w http.ResponseWriter, r *http.Request, prepare func(c
 		writeError(w, r, errorf(http.StatusBadRequest, "%s needs a SPDY or WebSocket upgrade request", r.URL.Path))
 		return
 	}
+	release, err := a.streams.acquire(userName(r.Context()))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), a.callTimeout)
 	location, err := prepare(ctx)
 	cancel()

@@ -2,11 +2,15 @@ package server
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,5 +103,62 @@ func TestServingCertificateAndClientCAChangeWithoutRestart(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
+	}
+}
+
+// TestServingCertificateFilesReloaded: tlsCertFile and tlsPrivateKeyFile
+// rewritten on disk (as cert-manager or an operator's rotation does) are
+// served from the next handshakes on, without a restart.
+func TestServingCertificateFilesReloaded(t *testing.T) {
+	ca := newTestCA(t, "cluster-ca")
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	write := func() *big.Int {
+		pair := ca.issue(t, "node-1", nil, func(c *x509.Certificate) {
+			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			c.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		})
+		keyDER, err := x509.MarshalECPrivateKey(pair.PrivateKey.(*ecdsa.PrivateKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Key first, then certificate, each replaced whole, as tools do.
+		if err := writeFileAtomic(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeFileAtomic(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pair.Certificate[0]}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		leaf, _ := x509.ParseCertificate(pair.Certificate[0])
+		return leaf.SerialNumber
+	}
+	first := write()
+	cfg := baseConfig(t)
+	cfg.TLSCertFile, cfg.TLSPrivateKeyFile = certFile, keyFile
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runServer(t, s)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	served := func() *big.Int {
+		conn, err := tls.Dial("tcp", s.Addr(), &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber
+	}
+	if got := served(); got.Cmp(first) != 0 {
+		t.Fatalf("served serial %s, want %s", got, first)
+	}
+	second := write()
+	deadline := time.Now().Add(15 * time.Second)
+	for served().Cmp(second) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the rewritten serving certificate files were not picked up within 15s")
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
