@@ -128,7 +128,7 @@ var configFields = map[string]fieldRule{
 	"kubeReserved":                         {class: honoured, note: "allocatable and kube-reserved enforcement (pkg/node, cgroups.go)"},
 	"kubeReservedCgroup":                   {class: honoured, note: "kube-reserved enforcement (cgroups.go)"},
 	"kubeletCgroups":                       {class: warned, note: "shown as the kubelet's system container in the Summary API; the agent does not move itself into it"},
-	"localStorageCapacityIsolation":        {class: warned, note: "ephemeral-storage capacity is still reported"},
+	"localStorageCapacityIsolation":        {class: honoured, note: "local-storage limits enforced by eviction (pkg/eviction), ephemeral-storage in the node's capacity (pkg/node)"},
 	"logging":                              {class: warned, note: "logs are klog text, at the verbosity of -v and --vmodule"},
 	"makeIPTablesUtilChains":               {class: warned, note: "no iptables chains are made (the kubelet's are deprecated too)"},
 	"maxOpenFiles":                         {class: warned, note: "the agent keeps the open-file limit it was started with (LimitNOFILE in its unit)"},

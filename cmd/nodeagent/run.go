@@ -117,7 +117,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 
 	// The machine's facts size the pods: memory capacity for OOM scores,
 	// capacity and allocatable for the kubepods cgroup and admission.
-	machine, err := node.HostReader{RootDir: cfg.rootDir}.Read()
+	host := node.HostReader{RootDir: cfg.rootDir, NoEphemeralStorage: !*kc.LocalStorageCapacityIsolation}
+	machine, err := host.Read()
 	if err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Hostname:               cfg.hostname,
 		Client:                 client,
 		Runtime:                cri,
-		Host:                   node.HostReader{RootDir: cfg.rootDir},
+		Host:                   host,
 		Clock:                  clock.RealClock{},
 		NodeIPs:                cfg.nodeIPs,
 		DetectNodeIP:           func() (net.IP, error) { return utilnet.ChooseHostInterface() },

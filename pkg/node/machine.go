@@ -22,7 +22,9 @@ type Machine struct {
 	MemoryBytes int64
 	// HugePages maps a page size ("2Mi", "1Gi") to the bytes reserved in pages of that size.
 	HugePages map[string]int64
-	// EphemeralStorageBytes is the size of the filesystem that holds the root dir.
+	// EphemeralStorageBytes is the size of the filesystem that holds the root
+	// dir; zero when it is not measured (HostReader.NoEphemeralStorage), and
+	// ephemeral-storage is then not part of the node's capacity.
 	EphemeralStorageBytes int64
 	// MachineID, SystemUUID and BootID identify the host and its current boot.
 	MachineID, SystemUUID, BootID string
@@ -45,6 +47,10 @@ type HostReader struct {
 	// StatFS returns the size in bytes of the filesystem holding path;
 	// nil means statfs(2).
 	StatFS func(path string) (int64, error)
+	// NoEphemeralStorage leaves the root dir's filesystem unmeasured and
+	// ephemeral-storage out of the node's capacity, as the kubelet does
+	// with localStorageCapacityIsolation false.
+	NoEphemeralStorage bool
 }
 
 func (h HostReader) read(path string) (string, error) {
@@ -70,8 +76,10 @@ func (h HostReader) Read() (Machine, error) {
 	if statfs == nil {
 		statfs = statFilesystem
 	}
-	if m.EphemeralStorageBytes, err = statfs(h.RootDir); err != nil {
-		return m, fmt.Errorf("size of the filesystem holding %s: %w", h.RootDir, err)
+	if !h.NoEphemeralStorage {
+		if m.EphemeralStorageBytes, err = statfs(h.RootDir); err != nil {
+			return m, fmt.Errorf("size of the filesystem holding %s: %w", h.RootDir, err)
+		}
 	}
 	if m.HugePages, err = h.hugePages(); err != nil {
 		return m, err

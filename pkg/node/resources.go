@@ -86,8 +86,10 @@ func capacity(m Machine, maxPods int32) v1.ResourceList {
 		v1.ResourceCPU:    *resource.NewQuantity(int64(m.NumCPU), resource.DecimalSI),
 		v1.ResourceMemory: *resource.NewQuantity(m.MemoryBytes, resource.BinarySI),
 		v1.ResourcePods:   *resource.NewQuantity(int64(maxPods), resource.DecimalSI),
+	}
+	if m.EphemeralStorageBytes > 0 {
 		// The kubelet reports the filesystem size in plain bytes.
-		v1.ResourceEphemeralStorage: *resource.NewQuantity(m.EphemeralStorageBytes, resource.DecimalSI),
+		c[v1.ResourceEphemeralStorage] = *resource.NewQuantity(m.EphemeralStorageBytes, resource.DecimalSI)
 	}
 	for size, bytes := range m.HugePages {
 		c[v1.ResourceName(v1.ResourceHugePagesPrefix+size)] = *resource.NewQuantity(bytes, resource.BinarySI)

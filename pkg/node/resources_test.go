@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,5 +118,28 @@ func TestHostReader(t *testing.T) {
 	}
 	if m.HugePages["2Mi"] != 3*2<<20 || m.HugePages["1Gi"] != 0 || len(m.HugePages) != 2 {
 		t.Errorf("hugepages = %v", m.HugePages)
+	}
+}
+
+// TestNoEphemeralStorage: with localStorageCapacityIsolation off the root dir's filesystem
+// is not measured and the node reports no ephemeral-storage, as the kubelet.
+func TestNoEphemeralStorage(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc", "meminfo"), []byte("MemTotal:       1024 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	statfs := func(string) (int64, error) { return 0, errors.New("measured") }
+	m, err := HostReader{Root: root, RootDir: "/var/lib/kubelet", StatFS: statfs, NoEphemeralStorage: true}.Read()
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if _, ok := capacity(m, 110)[v1.ResourceEphemeralStorage]; ok {
+		t.Errorf("capacity %v has ephemeral-storage", capacity(m, 110))
+	}
+	if _, err := (HostReader{Root: root, RootDir: "/var/lib/kubelet", StatFS: statfs}).Read(); err == nil {
+		t.Errorf("with isolation on, the root dir's filesystem was not measured")
 	}
 }
