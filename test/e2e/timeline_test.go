@@ -185,3 +185,38 @@ func stepNames(steps []timeline.Step) string {
 	}
 	return "[" + strings.Join(out, " ") + "]"
 }
+
+// TestPodWhyMissingConfigMap: for a pod whose configMap volume names a configMap that does
+// not exist, "why" names the volumes step, the error as the FailedMount event gives it, and
+// how long it has been failing.
+func TestPodWhyMissingConfigMap(t *testing.T) {
+	t.Parallel()
+	pod := busyboxPod("why-configmap", corev1.RestartPolicyAlways, "sleep 3600")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "never-existed-timeline"}}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "config", MountPath: "/config"}}
+	pod = createPod(t, pod)
+
+	var why timeline.Why
+	framework.Eventually(t, 2*time.Minute, func() error {
+		if err := nodeDebug(t, pod, "why", &why); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(why.Step, "volumes") || why.Error == "" || why.RunningAndReady {
+			return fmt.Errorf("why = %+v, want the failed volume set-up with its error", why)
+		}
+		return nil
+	})
+	if !strings.Contains(why.Error, `configmap "never-existed-timeline" not found`) {
+		t.Errorf("error %q does not say the configMap is not found", why.Error)
+	}
+	framework.Eventually(t, time.Minute, func() error {
+		if ev := podEvents(t, pod); !hasEvent(ev, "FailedMount", `configmap "never-existed-timeline" not found`) {
+			return fmt.Errorf("no FailedMount event naming the configMap:\n%s", eventSummary(ev))
+		}
+		return nil
+	})
+	if why.Since.IsZero() || why.ForSeconds < 0 {
+		t.Errorf("since %v for %gs", why.Since, why.ForSeconds)
+	}
+}
