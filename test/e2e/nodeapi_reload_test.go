@@ -1,0 +1,194 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeagent/nodeagent/test/e2e/framework"
+	"github.com/nodeagent/nodeagent/test/harness"
+)
+
+// TestNodeAPIReloadsFromDisk is not parallel: the agent is restarted with files of the
+// test's as its serving certificate (tlsCertFile, tlsPrivateKeyFile) and client CA
+// (authentication.x509.clientCAFile), and a 5 s streamingConnectionIdleTimeout. Each file
+// rewritten on disk is taken up by the running agent: a client certificate of the cluster's
+// CA is refused while the file names another CA and accepted once it names the cluster's;
+// the serving certificate presented changes with its file. An exec stream left idle is
+// closed after the idle timeout.
+func TestNodeAPIReloadsFromDisk(t *testing.T) {
+	requireNodeagent(t)
+	ctx := framework.Context(t, 5*time.Minute)
+	cfg := framework.Cluster(t)
+	dir := t.TempDir()
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	servingA := writeServingCert(t, certFile, keyFile)
+	otherCA, _ := selfSigned(t, "not the cluster's CA", true)
+	if err := os.WriteFile(caFile, otherCA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ntlsCertFile: %s\ntlsPrivateKeyFile: %s\n"+
+		"streamingConnectionIdleTimeout: 5s\nauthentication:\n  x509:\n    clientCAFile: %s\n", certFile, keyFile, caFile)
+	dropins := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dropins, "90-reload.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.StopAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cfg.StopAgent(context.Background())
+		if err := cfg.StartAgent(context.Background()); err != nil {
+			t.Errorf("start the agent with the harness's configuration again: %v", err)
+		}
+	})
+	if err := cfg.StartAgent(ctx, "--config-dir="+dropins); err != nil {
+		t.Fatalf("start the agent with the test's certificate files: %v", err)
+	}
+
+	pki := filepath.Join(cfg.RunDir, "pki")
+	client, err := tls.LoadX509KeyPair(filepath.Join(pki, "apiserver-kubelet-client.crt"), filepath.Join(pki, "apiserver-kubelet-client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() (status int, served []byte, err error) {
+		var peer []byte
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{
+			InsecureSkipVerify: true, Certificates: []tls.Certificate{client},
+			VerifyConnection: func(cs tls.ConnectionState) error { peer = cs.PeerCertificates[0].Raw; return nil },
+		}}}
+		resp, err := c.Get("https://" + net.JoinHostPort(harness.NodeIP, "10250") + "/pods")
+		if err != nil {
+			return 0, nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, peer, nil
+	}
+	code, served, err := get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(served, servingA) {
+		t.Errorf("the node API serves another certificate than its tlsCertFile's")
+	}
+	if code != http.StatusUnauthorized {
+		t.Errorf("GET /pods with a client certificate of a CA the clientCAFile does not name = %d, want 401", code)
+	}
+
+	ca, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, func() error {
+		if code, _, err := get(); err != nil || code != http.StatusOK {
+			return fmt.Errorf("GET /pods with the cluster CA in the clientCAFile = %d, %v; want 200", code, err)
+		}
+		return nil
+	})
+	servingB := writeServingCert(t, certFile, keyFile)
+	framework.Eventually(t, 2*time.Minute, func() error {
+		if _, served, err := get(); err != nil || !bytes.Equal(served, servingB) {
+			return fmt.Errorf("the rewritten serving certificate is not served yet (%v)", err)
+		}
+		return nil
+	})
+
+	// An exec whose stdin stays open and silent: the agent closes the idle stream, and
+	// kubectl returns.
+	pod := waitPod(t, createPod(t, busyboxPod("idle-stream", corev1.RestartPolicyAlways, "sleep 3600")), 2*time.Minute, runningAndReady)
+	stdin, w := io.Pipe()
+	defer w.Close()
+	cmd := framework.KubectlCommand(t, ctx, "exec", "-i", "-n", pod.Namespace, pod.Name, "--", "cat")
+	cmd.Stdin = stdin
+	start := time.Now()
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if took := time.Since(start); took < 4*time.Second {
+			t.Errorf("the exec ended after %s (%v), before the 5s idle timeout", took, err)
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Errorf("an idle exec stream was still open after a minute, want it closed after 5s idle")
+	}
+}
+
+// writeServingCert writes a new self-signed serving certificate for the node's IP and its
+// key to the files, and returns the certificate (DER).
+func writeServingCert(t *testing.T, certFile, keyFile string) []byte {
+	t.Helper()
+	certPEM, keyPEM := selfSigned(t, harness.NodeName, false)
+	// The key first: an agent that reads between the two writes sees a mismatch and keeps
+	// what it has.
+	if err := os.WriteFile(keyFile+".tmp", keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile+".tmp", certPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(keyFile+".tmp", keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(certFile+".tmp", certFile); err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(certPEM)
+	return block.Bytes
+}
+
+// selfSigned makes a self-signed certificate (a CA, or a serving certificate for the
+// node's IP) and its key, in PEM.
+func selfSigned(t *testing.T, cn string, isCA bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: isCA,
+	}
+	if !isCA {
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP(harness.NodeIP)}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
