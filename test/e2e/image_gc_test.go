@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -108,34 +105,8 @@ func TestImageGCRemovesImagesUnusedForTheMaximumAge(t *testing.T) {
 // test uses, and returns its reference.
 func pushImageOfItsOwn(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	src, err := name.ParseReference(harness.RegistryAddr+"/e2e-test-images/busybox:"+harness.BusyboxE2ETag, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := remote.Image(src, remote.WithContext(ctx))
-	if err != nil {
-		t.Fatalf("read %s: %v", src, err)
-	}
-	cf, err := base.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	c := cf.Config
-	c.Labels = map[string]string{"nodeagent.test/image-gc": run}
-	own, err := mutate.Config(base, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := harness.RegistryAddr + "/nodeagent/image-gc:" + run
-	dst, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(dst, own, remote.WithContext(ctx)); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	return ref
+	return framework.PushBusyboxVariant(t, ctx, "image-gc:"+run, map[string]string{"nodeagent.test/image-gc": run})
 }
 
 // imageID is the ID of the runtime's image named ref (a reference or an ID), empty when

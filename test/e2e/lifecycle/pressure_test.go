@@ -14,10 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -317,31 +314,11 @@ func (e *evictionSuite) waitNodeCondition(t *testing.T, typ corev1.NodeCondition
 // shrinks) to the local registry as nodeagent/<repoTag>, and returns its reference.
 func pushRandomImage(t *testing.T, ctx context.Context, repoTag string, size int64) string {
 	t.Helper()
-	src, err := name.ParseReference(harness.RegistryAddr+"/e2e-test-images/busybox:"+harness.BusyboxE2ETag, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := remote.Image(src, remote.WithContext(ctx))
-	if err != nil {
-		t.Fatalf("read %s: %v", src, err)
-	}
 	layer, err := random.Layer(size, types.DockerLayer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	image, err := mutate.AppendLayers(base, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := harness.RegistryAddr + "/nodeagent/" + repoTag
-	dst, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(dst, image, remote.WithContext(ctx)); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	return ref
+	return framework.PushBusyboxVariant(t, ctx, repoTag, nil, layer)
 }
 
 func listImages(t *testing.T, ctx context.Context, img runtimeapi.ImageServiceClient) []*runtimeapi.Image {
