@@ -334,7 +334,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	nodeStats, err := newStatsProvider(ctx, cfg, cri, dispatcher.Pods, podCgroups, volumes, started)
+	nodeStats, err := newStatsProvider(ctx, cfg, cri, dispatcher.Pods, podCgroups, volumes, started, agentMetrics)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -95,8 +96,9 @@ func configz(kc *kubeletv1beta1.KubeletConfiguration) *kubeletv1beta1.KubeletCon
 
 // newStatsProvider builds the Summary API's source: the node's cgroups
 // and filesystems, CRI stats, the pods' volumes and the system
-// containers (the agent's cgroup, the runtime's, kubepods).
-func newStatsProvider(ctx context.Context, cfg *agentConfig, cri *runtime.Client, pods func() []*v1.Pod, podCgroups *cgroups.Manager, volumes *volume.Manager, started time.Time) (*stats.Provider, error) {
+// containers (the agent's cgroup, the runtime's, kubepods). The claims'
+// volumes it measures are also the kubelet's volume gauges on /metrics.
+func newStatsProvider(ctx context.Context, cfg *agentConfig, cri *runtime.Client, pods func() []*v1.Pod, podCgroups *cgroups.Manager, volumes *volume.Manager, started time.Time, agentMetrics *metrics.Metrics) (*stats.Provider, error) {
 	kc := cfg.kubelet
 	sc := stats.SystemCgroups{Agent: kc.KubeletCgroups, Runtime: cfg.runtimeCgroups}
 	sp := stats.Config{
@@ -119,6 +121,7 @@ func newStatsProvider(ctx context.Context, cfg *agentConfig, cri *runtime.Client
 			return out
 		},
 		VolumeStatsPeriod: kc.VolumeStatsAggPeriod.Duration,
+		Metrics:           agentMetrics,
 	}
 	if podCgroups != nil {
 		sp.PodCgroup = podCgroups.PodCgroup
@@ -132,5 +135,12 @@ func newStatsProvider(ctx context.Context, cfg *agentConfig, cri *runtime.Client
 		sp.RuntimePID = pid
 	}
 	sp.SystemCgroups = sc
-	return stats.New(sp)
+	p, err := stats.New(sp)
+	if err != nil {
+		return nil, err
+	}
+	if err := agentMetrics.ServeVolumeStats(p); err != nil {
+		return nil, fmt.Errorf("volume stats metrics: %w", err)
+	}
+	return p, nil
 }

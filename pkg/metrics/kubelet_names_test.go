@@ -121,14 +121,18 @@ var kubeletMetrics = map[string]string{
 	"kubelet_pod_requests_get_total":                            "not kept: /pods requests are not counted",
 	"kubelet_pod_requests_watch_total":                          "no /pods watch",
 	"kubelet_pod_level_resources_admission_total":               "not kept: admissions are not counted by resource shape",
-	"kubelet_volume_stats_capacity_bytes":                       "not kept: PVC usage is on /stats/summary only",
-	"kubelet_volume_stats_available_bytes":                      "not kept: PVC usage is on /stats/summary only",
-	"kubelet_volume_stats_used_bytes":                           "not kept: PVC usage is on /stats/summary only",
-	"kubelet_volume_stats_inodes":                               "not kept: PVC usage is on /stats/summary only",
-	"kubelet_volume_stats_inodes_free":                          "not kept: PVC usage is on /stats/summary only",
-	"kubelet_volume_stats_inodes_used":                          "not kept: PVC usage is on /stats/summary only",
-	"kubelet_container_log_filesystem_used_bytes":               "not kept: log sizes are on /stats/summary only",
-	"kubelet_podcertificate_states":                             "no pod certificate projection states",
+	// Served once the composition root hands over the stats provider
+	// (ServeVolumeStats). kubelet_volume_stats_health_status_abnormal is
+	// gone in v1.37: the Summary API's VolumeStats no longer carries a
+	// volume's health.
+	"kubelet_volume_stats_capacity_bytes":         "",
+	"kubelet_volume_stats_available_bytes":        "",
+	"kubelet_volume_stats_used_bytes":             "",
+	"kubelet_volume_stats_inodes":                 "",
+	"kubelet_volume_stats_inodes_free":            "",
+	"kubelet_volume_stats_inodes_used":            "",
+	"kubelet_container_log_filesystem_used_bytes": "not kept: log sizes are on /stats/summary only",
+	"kubelet_podcertificate_states":               "no pod certificate projection states",
 
 	// pkg/kubelet/prober: on /metrics/probes.
 	"prober_probe_total":            "",
@@ -138,7 +142,7 @@ var kubeletMetrics = map[string]string{
 	"kubelet_http_requests_total":                       "not kept: the node API's requests are not counted",
 	"kubelet_http_requests_duration_seconds":            "not kept: the node API's requests are not timed",
 	"kubelet_http_inflight_requests":                    "not kept: the node API's requests are not counted",
-	"kubelet_volume_metric_collection_duration_seconds": "not kept: volume usage collection is not timed",
+	"kubelet_volume_metric_collection_duration_seconds": "",
 	"kubelet_metrics_provider":                          "not kept: stats come from the CRI only, there is no choice to report",
 	"kubelet_websocket_streaming_requests_total":        "not kept: streaming requests are not counted",
 
@@ -195,6 +199,9 @@ func registered(t *testing.T, reg compbase.KubeRegistry, name string) bool {
 
 func TestKubeletMetricNames(t *testing.T) {
 	m := New()
+	if err := m.ServeVolumeStats(&fakeVolumeStats{}); err != nil {
+		t.Fatal(err)
+	}
 	names := make([]string, 0, len(kubeletMetrics))
 	for name := range kubeletMetrics {
 		names = append(names, name)

@@ -1,7 +1,7 @@
 // Package metrics holds the agent's own Prometheus metrics, named and
 // labelled as the kubelet's where they mean the same: pod workers, pod
-// start latency, PLEG relists, CRI operations, probes, evictions and the
-// apiserver client. One Metrics value is made in the composition root and handed to
+// start latency, PLEG relists, CRI operations, probes, evictions, volume
+// usage and the apiserver client. One Metrics value is made in the composition root and handed to
 // the components that observe something; nothing here is package-level
 // state, so tests make as many as they like.
 package metrics
@@ -44,6 +44,8 @@ type Metrics struct {
 
 	evictions        *compbase.CounterVec
 	evictionStatsAge *compbase.HistogramVec
+
+	volumeMetricCollection *compbase.HistogramVec
 
 	plegRelistDuration *compbase.Histogram
 	plegRelistInterval *compbase.Histogram
@@ -121,6 +123,11 @@ func New() *Metrics {
 			Help:    "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
 			Buckets: compbase.DefBuckets, StabilityLevel: compbase.ALPHA,
 		}, []string{"eviction_signal"}),
+		volumeMetricCollection: compbase.NewHistogramVec(&compbase.HistogramOpts{
+			Subsystem: kubeletSubsystem, Name: "volume_metric_collection_duration_seconds",
+			Help:    "Duration in seconds to calculate volume stats",
+			Buckets: compbase.DefBuckets, StabilityLevel: compbase.ALPHA,
+		}, []string{"metric_source"}),
 		plegRelistDuration: compbase.NewHistogram(&compbase.HistogramOpts{
 			Subsystem: kubeletSubsystem, Name: "pleg_relist_duration_seconds",
 			Help:    "Duration in seconds for relisting pods in PLEG.",
@@ -194,7 +201,7 @@ func New() *Metrics {
 	m.registry.MustRegister(
 		m.podWorkerDuration, m.podStartDuration, m.podStartSLIDuration, m.podStartTotalDuration, m.podStepDuration,
 		m.imageVolumeRequested, m.imageVolumeMounted, m.imageVolumeFailed, m.imageGarbageCollected,
-		m.evictions, m.evictionStatsAge,
+		m.evictions, m.evictionStatsAge, m.volumeMetricCollection,
 		m.plegRelistDuration, m.plegRelistInterval, m.plegLastSeen, m.runningPods, m.runningContainers,
 		m.terminatedContainers,
 		m.runtimeOperations, m.runtimeOperationsErrors, m.runtimeOperationsDuration,

@@ -31,6 +31,8 @@ import (
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	agentmetrics "github.com/nodeagent/nodeagent/pkg/metrics"
 )
 
 // Defaults applied by New.
@@ -65,6 +67,21 @@ var (
 	_ Runtime = runtimeapi.RuntimeServiceClient(nil)
 	_ Images  = runtimeapi.ImageServiceClient(nil)
 )
+
+// Metrics records how long measuring volumes takes.
+type Metrics interface {
+	// ObserveVolumeMetricCollection records one measurement of a volume's
+	// usage by where its figures came from ("du" for a walk of its
+	// directory).
+	ObserveVolumeMetricCollection(source string, d time.Duration)
+}
+
+var _ Metrics = (*agentmetrics.Metrics)(nil)
+
+// noMetrics records nothing.
+type noMetrics struct{}
+
+func (noMetrics) ObserveVolumeMetricCollection(string, time.Duration) {}
 
 // VolumeDir is one volume of a pod as it lies on disk.
 type VolumeDir struct {
@@ -137,6 +154,8 @@ type Config struct {
 	// VolumeStatsPeriod is how often a pod's volumes are measured again
 	// (volumeStatsAggPeriod); zero is DefaultVolumeStatsPeriod.
 	VolumeStatsPeriod time.Duration
+	// Metrics records the volumes' measurements; nil records nothing.
+	Metrics Metrics
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
 	// Processes counts the machine's processes and threads, for rlimit;
@@ -185,6 +204,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	if cfg.Processes == nil {
 		cfg.Processes = sysinfoProcs
@@ -264,7 +286,7 @@ func (p *Provider) housekeep(ctx context.Context) {
 			}
 		}
 	}
-	p.volumes.refresh(ctx, pods, p.cfg.VolumeDirs, p.cfg.VolumeStatsPeriod, p.cfg.Clock)
+	p.volumes.refresh(ctx, pods, p.cfg.VolumeDirs, p.cfg.VolumeStatsPeriod, p.cfg.Clock, p.cfg.Metrics)
 	p.rates.forget(now)
 }
 

@@ -499,7 +499,7 @@ func TestVolumeCacheForgetsPods(t *testing.T) {
 	if len(f.provider.volumes.get(types.UID("u1"))) == 0 {
 		t.Fatal("volumes of u1 not measured")
 	}
-	f.provider.volumes.refresh(ctx, nil, f.provider.cfg.VolumeDirs, time.Minute, f.clock)
+	f.provider.volumes.refresh(ctx, nil, f.provider.cfg.VolumeDirs, time.Minute, f.clock, noMetrics{})
 	if got := f.provider.volumes.get("u1"); got != nil {
 		t.Errorf("volumes of a pod gone: %+v", got)
 	}

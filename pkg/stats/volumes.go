@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
+
+	agentmetrics "github.com/nodeagent/nodeagent/pkg/metrics"
 )
 
 // ephemeralPlugins are the volume plugins whose contents live and die
@@ -53,9 +56,36 @@ func (c *volumeCache) get(uid types.UID) []volumeStat {
 	return c.byPod[uid].vols
 }
 
+// all is every pod's volumes as last measured, pods in UID order.
+func (c *volumeCache) all() []statsapi.VolumeStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	uids := make([]types.UID, 0, len(c.byPod))
+	for uid := range c.byPod {
+		uids = append(uids, uid)
+	}
+	slices.Sort(uids)
+	var out []statsapi.VolumeStats
+	for _, uid := range uids {
+		for _, v := range c.byPod[uid].vols {
+			out = append(out, v.stats)
+		}
+	}
+	return out
+}
+
+// VolumeStats is every pod's volumes as last measured: the figures
+// /stats/summary shows, pods in UID order, each pod's volumes by name. It
+// measures nothing (the housekeeping loop does, every VolumeStatsPeriod),
+// so that /metrics can ask at every scrape. The values are shared: the
+// caller must not change them.
+func (p *Provider) VolumeStats() []statsapi.VolumeStats {
+	return p.volumes.all()
+}
+
 // refresh measures the volumes of every pod not measured within period
 // and forgets pods that are gone.
-func (c *volumeCache) refresh(ctx context.Context, pods []*v1.Pod, dirs func(*v1.Pod) []VolumeDir, period time.Duration, clk clock.Clock) {
+func (c *volumeCache) refresh(ctx context.Context, pods []*v1.Pod, dirs func(*v1.Pod) []VolumeDir, period time.Duration, clk clock.Clock, metrics Metrics) {
 	if dirs == nil {
 		return
 	}
@@ -69,7 +99,7 @@ func (c *volumeCache) refresh(ctx context.Context, pods []*v1.Pod, dirs func(*v1
 			continue
 		}
 		want := dirs(pod)
-		vols := measureVolumes(ctx, pod, want, clk)
+		vols := measureVolumes(ctx, pod, want, clk, metrics)
 		entry := podVolumes{vols: vols}
 		// A pod whose volumes are not all set up yet (it is starting) is
 		// measured again at the next round rather than a period later.
@@ -90,8 +120,9 @@ func (c *volumeCache) refresh(ctx context.Context, pods []*v1.Pod, dirs func(*v1
 }
 
 // measureVolumes walks each volume directory that exists; one not set up
-// yet is left out.
-func measureVolumes(ctx context.Context, pod *v1.Pod, dirs []VolumeDir, clk clock.Clock) []volumeStat {
+// yet is left out. Walks are timed into metrics; a driver's measurement
+// is not, for want of the driver's name to label it with.
+func measureVolumes(ctx context.Context, pod *v1.Pod, dirs []VolumeDir, clk clock.Clock, metrics Metrics) []volumeStat {
 	logger := klog.FromContext(ctx)
 	claims := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
@@ -125,6 +156,7 @@ func measureVolumes(ctx context.Context, pod *v1.Pod, dirs []VolumeDir, clk cloc
 			}
 			continue
 		}
+		metrics.ObserveVolumeMetricCollection(agentmetrics.VolumeMetricSourceDu, clk.Since(now))
 		fsi, err := statFS(d.Path, now)
 		if err != nil {
 			continue

@@ -29,7 +29,7 @@ func TestVolumeUsageFromTheDriver(t *testing.T) {
 			return nil, errors.New("driver gone")
 		}},
 	}
-	got := measureVolumes(context.Background(), pod, dirs, testclock.NewFakeClock(time.Now()))
+	got := measureVolumes(context.Background(), pod, dirs, testclock.NewFakeClock(time.Now()), noMetrics{})
 	if len(got) != 1 {
 		t.Fatalf("volumes = %+v, want the one the driver measured", got)
 	}

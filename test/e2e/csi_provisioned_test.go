@@ -135,6 +135,29 @@ func TestCSIProvisionedVolume(t *testing.T) {
 	if m := mountInfo(t, target); m == "" {
 		t.Errorf("the writer's volume is not mounted at %s", target)
 	}
+	// The claim's usage, as the driver measures it, is on the agent's /metrics under the
+	// kubelet's name and labels, once the stats loop has measured the writer's volumes
+	// (every housekeeping round until they are all set up, then every
+	// volumeStatsAggPeriod: the default minute in the harness).
+	claimLabels := map[string]string{"namespace": ns, "persistentvolumeclaim": claim.Name}
+	framework.Eventually(t, 2*time.Minute, func() error {
+		out, err := framework.KubectlErr(t, nodeProxy("/metrics")...)
+		if err != nil {
+			return err
+		}
+		m, err := samples(out)
+		if err != nil {
+			return fmt.Errorf("parse /metrics: %w", err)
+		}
+		s, err := sampleOf(m, "kubelet_volume_stats_capacity_bytes", claimLabels)
+		if err != nil {
+			return err
+		}
+		if s.Value <= 0 {
+			return fmt.Errorf("kubelet_volume_stats_capacity_bytes%v = %v, want the volume's size", claimLabels, s.Value)
+		}
+		return nil
+	})
 	// What the pod went through, for the log: the agent's FailedMount while the volume
 	// was not attached yet, if it got there first. That one says so, not that the Node
 	// authorizer refused to show an attachment not made yet.
@@ -150,6 +173,21 @@ func TestCSIProvisionedVolume(t *testing.T) {
 		t.Fatalf("reader: exit %d, read %q; want what the writer wrote", term.ExitCode, term.Message)
 	}
 	deletePodAndWait(t, reader)
+	// No pod of the claim is left: its series goes at the stats loop's next round.
+	framework.Eventually(t, time.Minute, func() error {
+		out, err := framework.KubectlErr(t, nodeProxy("/metrics")...)
+		if err != nil {
+			return err
+		}
+		m, err := samples(out)
+		if err != nil {
+			return fmt.Errorf("parse /metrics: %w", err)
+		}
+		if s, err := sampleOf(m, "kubelet_volume_stats_capacity_bytes", claimLabels); err == nil {
+			return fmt.Errorf("%s is still shown", s)
+		}
+		return nil
+	})
 
 	// No pod uses the volume: the node stops reporting it, the attach/detach controller
 	// detaches it and external-attacher lets the attachment go.
