@@ -31,27 +31,9 @@ func TestCSIOnlineExpansion(t *testing.T) {
 	t.Parallel()
 	requireNodeagent(t)
 	cfg := framework.Cluster(t)
-	if !cfg.CSIHostpath {
-		t.Fatal("the cluster has no hostpath CSI driver (harness.Config.CSIHostpath)")
-	}
-	ns := newNamespace(t, "csi-expand")
 	cs := framework.Client(t)
 	ctx := framework.Context(t, 10*time.Minute)
-
-	claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptr.To(harness.CSIHostpathStorageClass),
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create PVC: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), claim.Name, metav1.DeleteOptions{})
-	})
+	ns, claim := hostpathClaim(t, ctx, "csi-expand")
 	spec := busyboxPod("grows", corev1.RestartPolicyAlways, "trap 'exit 0' TERM; echo before > /data/file; sleep 3600 & wait")
 	spec.Namespace = ns
 	spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
@@ -59,7 +41,7 @@ func TestCSIOnlineExpansion(t *testing.T) {
 	spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	pod := waitPod(t, createPod(t, spec), 3*time.Minute, runningAndReady)
 
-	claim, err = cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
+	claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

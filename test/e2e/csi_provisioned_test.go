@@ -32,27 +32,9 @@ func TestCSIProvisionedVolume(t *testing.T) {
 	t.Parallel()
 	requireNodeagent(t)
 	cfg := framework.Cluster(t)
-	if !cfg.CSIHostpath {
-		t.Fatal("the cluster has no hostpath CSI driver (harness.Config.CSIHostpath)")
-	}
-	ns := newNamespace(t, "csi-prov")
 	cs := framework.Client(t)
 	ctx := framework.Context(t, 10*time.Minute)
-
-	claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptr.To(harness.CSIHostpathStorageClass),
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create PVC: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), claim.Name, metav1.DeleteOptions{})
-	})
+	ns, claim := hostpathClaim(t, ctx, "csi-prov")
 	// Late binding: nothing is provisioned until a pod is scheduled with the claim.
 	framework.Eventually(t, time.Minute, func() error {
 		if !hasEvent(claimEvents(t, claim), "WaitForFirstConsumer", "") {
@@ -75,7 +57,7 @@ func TestCSIProvisionedVolume(t *testing.T) {
 	writer := waitPod(t, createPod(t, writerSpec), 3*time.Minute, runningAndReady)
 
 	// The provisioner made the PV for the claim, on this node.
-	claim, err = cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
+	claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,4 +230,30 @@ func nodeAffinityNames(pv *corev1.PersistentVolume, key, value string) bool {
 		}
 	}
 	return false
+}
+
+// hostpathClaim makes a namespace and a claim of 1Mi of the hostpath CSI driver's
+// StorageClass in it, deleted when the test ends.
+func hostpathClaim(t *testing.T, ctx context.Context, prefix string) (string, *corev1.PersistentVolumeClaim) {
+	t.Helper()
+	if !framework.Cluster(t).CSIHostpath {
+		t.Fatal("the cluster has no hostpath CSI driver (harness.Config.CSIHostpath)")
+	}
+	ns := newNamespace(t, prefix)
+	cs := framework.Client(t)
+	claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr.To(harness.CSIHostpathStorageClass),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create PVC: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), claim.Name, metav1.DeleteOptions{})
+	})
+	return ns, claim
 }
