@@ -92,7 +92,10 @@ type input struct {
 	// never known there: an orphan in the runtime).
 	removed  bool
 	observed *runtime.PodStatus
-	probes   probeResults
+	// abandoned are containers left out of observed whose start died with
+	// an earlier agent (withoutAbandonedStarts), to be removed.
+	abandoned []string
+	probes    probeResults
 	// actuated are the resources last applied to each of the pod's
 	// containers, by name (in-place resize).
 	actuated allocation.Containers
@@ -264,6 +267,7 @@ const (
 func syncStep(st *podState, in input) step {
 	pod := in.pod
 	plan := computePodActions(pod, in.observed, in.probes, st.failedStarts)
+	plan.ContainersToRemove = append(plan.ContainersToRemove, in.abandoned...)
 	if plan.Done {
 		return step{kind: stepStop, begin: &ending{}, grace: gracePeriod(pod)}
 	}

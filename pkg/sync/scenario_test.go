@@ -114,7 +114,8 @@ func runScenario(t *testing.T, file string) {
 }
 
 func (sc *scenario) input() input {
-	return input{pod: sc.pod, removed: sc.removed, observed: sc.observed, probes: sc.probes, now: sc.now,
+	observed, abandoned := withoutAbandonedStarts(sc.observed)
+	return input{pod: sc.pod, removed: sc.removed, observed: observed, abandoned: abandoned, probes: sc.probes, now: sc.now,
 		resync: DefaultResyncPeriod, maxRestartBackoff: backoffMax}
 }
 
@@ -141,6 +142,16 @@ func (sc *scenario) run(line string) ([]string, error) {
 			st = runtime.ContainerCreated
 		}
 		sc.add(f[1], st)
+	case "start-abandoned":
+		// The agent died inside StartContainer: the runtime cancels the start
+		// and reports the container exited, never started.
+		if len(f) < 2 {
+			return nil, fmt.Errorf("usage: start-abandoned NAME")
+		}
+		sc.add(f[1], runtime.ContainerCreated)
+		c := sc.observed.Latest(f[1])
+		c.State, c.ExitCode, c.FinishedAt = runtime.ContainerExited, 128, sc.now
+		c.Reason, c.Message = "StartError", `failed to start containerd task "`+c.ID+`": context canceled`
 	case "exit":
 		if len(f) < 3 {
 			return nil, fmt.Errorf("usage: exit NAME CODE")
@@ -450,7 +461,8 @@ func (sc *scenario) removeID(id string) {
 }
 
 func (sc *scenario) status(terminal bool) v1.PodStatus {
-	return status.Compute(status.Input{Pod: sc.pod, Observed: sc.observed, Waiting: sc.state.waiting,
+	observed, _ := withoutAbandonedStarts(sc.observed) // as the worker reports
+	return status.Compute(status.Input{Pod: sc.pod, Observed: observed, Waiting: sc.state.waiting,
 		Terminal: terminal, Now: sc.now, RuntimeName: "fake"})
 }
 

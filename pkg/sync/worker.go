@@ -175,8 +175,11 @@ func (w *Worker) run(ctx context.Context) {
 // the worker is finished.
 func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *runtime.PodStatus) (time.Duration, bool) {
 	now := w.deps.clock.Now()
+	// Containers whose start died with an earlier agent are not the pod's:
+	// neither its plan nor its status sees them, and they are removed.
+	observed, abandoned := withoutAbandonedStarts(observed)
 	s := decide(&w.state, input{
-		pod: pod, removed: removed, observed: observed, probes: w.probeResults(observed), now: now, evict: w.evicted.Load(),
+		pod: pod, removed: removed, observed: observed, abandoned: abandoned, probes: w.probeResults(observed), now: now, evict: w.evicted.Load(),
 		actuated: w.deps.alloc.ActuatedPod(w.uid),
 		resync:   w.settings.resync, maxRestartBackoff: w.settings.maxRestartBackoff,
 	})

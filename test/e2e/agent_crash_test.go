@@ -330,10 +330,10 @@ func TestAgentKilledAtEveryStep(t *testing.T) {
 }
 
 // TestDuplicateSandboxStopped is not parallel: the agent dies and comes back. While it is
-// dead, a second ready sandbox of a running pod appears in the runtime, as a RunPodSandbox
-// the agent gave up on (a timeout) leaves when it completes after all. The next agent stops
-// the one that holds nothing and the pod runs on in its own, with no restart (the kubelet
-// would start the pod again in a third sandbox).
+// dead, a second ready sandbox of a running pod appears in the runtime, of the next attempt,
+// as an agent leaves that gave up on a RunPodSandbox (a timeout) and made another that it
+// never saw answered. The next agent stops the one that holds nothing and the pod runs on in
+// its own, with no restart (the kubelet would start the pod again in a third sandbox).
 func TestDuplicateSandboxStopped(t *testing.T) {
 	requireNodeagent(t)
 	ctx := framework.Context(t, 5*time.Minute)
@@ -371,8 +371,12 @@ func TestDuplicateSandboxStopped(t *testing.T) {
 			}
 		}
 	})
+	// The runtime reserves a sandbox's name, attempt included, so the duplicate is of the
+	// next attempt: what an agent that counted its sandbox as failed makes next.
+	meta := *own[0].Metadata
+	meta.Attempt++
 	dup, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-		Metadata:     own[0].Metadata,
+		Metadata:     &meta,
 		Labels:       own[0].Labels,
 		Annotations:  own[0].Annotations,
 		LogDirectory: info.Config.LogDirectory,
