@@ -373,8 +373,8 @@ func TestDuplicateSandboxStopped(t *testing.T) {
 	})
 	// The runtime reserves a sandbox's name, attempt included, so the duplicate is of the
 	// next attempt: what an agent that counted its sandbox as failed makes next.
-	meta := *own[0].Metadata
-	meta.Attempt++
+	m := own[0].Metadata
+	meta := runtimeapi.PodSandboxMetadata{Name: m.Name, Uid: m.Uid, Namespace: m.Namespace, Attempt: m.Attempt + 1}
 	dup, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
 		Metadata:     &meta,
 		Labels:       own[0].Labels,
