@@ -84,10 +84,14 @@ func TestNodeAPIReloadsFromDisk(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, peer, nil
 	}
-	code, served, err := get()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The Node was Ready before the restart already: the new agent's API may not listen yet.
+	var code int
+	var served []byte
+	framework.Eventually(t, time.Minute, func() error {
+		var err error
+		code, served, err = get()
+		return err
+	})
 	if !bytes.Equal(served, servingA) {
 		t.Errorf("the node API serves another certificate than its tlsCertFile's")
 	}
