@@ -195,7 +195,12 @@ func TestPodWhyMissingConfigMap(t *testing.T) {
 	pod.Spec.Volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "never-existed-timeline"}}}}}
 	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "config", MountPath: "/config"}}
-	pod = createPod(t, pod)
+	pod = waitPod(t, createPod(t, pod), time.Minute, func(p *corev1.Pod) error {
+		if p.Spec.NodeName == "" {
+			return fmt.Errorf("not scheduled yet")
+		}
+		return nil
+	})
 
 	var why timeline.Why
 	framework.Eventually(t, 2*time.Minute, func() error {
