@@ -22,19 +22,16 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
 	"github.com/nodeagent/nodeagent/test/harness"
 )
 
 // TestNodeAPIReloadsFromDisk is not parallel: the agent is restarted with files of the
 // test's as its serving certificate (tlsCertFile, tlsPrivateKeyFile) and client CA
-// (authentication.x509.clientCAFile), and a 5 s streamingConnectionIdleTimeout. Each file
+// (authentication.x509.clientCAFile). Each file
 // rewritten on disk is taken up by the running agent: a client certificate of the cluster's
 // CA is refused while the file names another CA and accepted once it names the cluster's;
-// the serving certificate presented changes with its file. An exec stream left idle is
-// closed after the idle timeout.
+// the serving certificate presented changes with its file.
 func TestNodeAPIReloadsFromDisk(t *testing.T) {
 	requireNodeagent(t)
 	ctx := framework.Context(t, 5*time.Minute)
@@ -47,7 +44,7 @@ func TestNodeAPIReloadsFromDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := fmt.Sprintf("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ntlsCertFile: %s\ntlsPrivateKeyFile: %s\n"+
-		"streamingConnectionIdleTimeout: 5s\nauthentication:\n  x509:\n    clientCAFile: %s\n", certFile, keyFile, caFile)
+		"authentication:\n  x509:\n    clientCAFile: %s\n", certFile, keyFile, caFile)
 	dropins := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dropins, "90-reload.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -119,29 +116,6 @@ func TestNodeAPIReloadsFromDisk(t *testing.T) {
 		}
 		return nil
 	})
-
-	// An exec whose stdin stays open and silent: the agent closes the idle stream, and
-	// kubectl returns.
-	pod := waitPod(t, createPod(t, busyboxPod("idle-stream", corev1.RestartPolicyAlways, "sleep 3600")), 2*time.Minute, runningAndReady)
-	stdin, w := io.Pipe()
-	defer w.Close()
-	cmd := framework.KubectlCommand(t, ctx, "exec", "-i", "-n", pod.Namespace, pod.Name, "--", "cat")
-	cmd.Stdin = stdin
-	start := time.Now()
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if took := time.Since(start); took < 4*time.Second {
-			t.Errorf("the exec ended after %s (%v), before the 5s idle timeout", took, err)
-		}
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		t.Errorf("an idle exec stream was still open after a minute, want it closed after 5s idle")
-	}
 }
 
 // writeServingCert writes a new self-signed serving certificate for the node's IP and its
