@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -22,16 +23,19 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
 	"github.com/nodeagent/nodeagent/test/harness"
 )
 
 // TestNodeAPIReloadsFromDisk is not parallel: the agent is restarted with files of the
 // test's as its serving certificate (tlsCertFile, tlsPrivateKeyFile) and client CA
-// (authentication.x509.clientCAFile). Each file
+// (authentication.x509.clientCAFile), and a 5 s streamingConnectionIdleTimeout. Each file
 // rewritten on disk is taken up by the running agent: a client certificate of the cluster's
 // CA is refused while the file names another CA and accepted once it names the cluster's;
-// the serving certificate presented changes with its file.
+// the serving certificate presented changes with its file. A port-forward stream opened on
+// the node API and left idle is closed after the idle timeout.
 func TestNodeAPIReloadsFromDisk(t *testing.T) {
 	requireNodeagent(t)
 	ctx := framework.Context(t, 5*time.Minute)
@@ -44,7 +48,7 @@ func TestNodeAPIReloadsFromDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := fmt.Sprintf("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ntlsCertFile: %s\ntlsPrivateKeyFile: %s\n"+
-		"authentication:\n  x509:\n    clientCAFile: %s\n", certFile, keyFile, caFile)
+		"streamingConnectionIdleTimeout: 5s\nauthentication:\n  x509:\n    clientCAFile: %s\n", certFile, keyFile, caFile)
 	dropins := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dropins, "90-reload.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -116,6 +120,22 @@ func TestNodeAPIReloadsFromDisk(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A port-forward stream that carries nothing is closed after the idle timeout.
+	pod := waitPod(t, createPod(t, busyboxPod("idle-stream", corev1.RestartPolicyAlways, "sleep 3600")), 2*time.Minute, runningAndReady)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", net.JoinHostPort(harness.NodeIP, "10250"),
+		&tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{client}, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	spdy := "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: portforward.k8s.io\r\n"
+	if resp := rawNodeRequest(t, conn, bufio.NewReader(conn), "POST", fmt.Sprintf("/portForward/%s/%s", pod.Namespace, pod.Name), "", spdy); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("port-forward upgrade = %d, want 101", resp.StatusCode)
+	}
+	if closed, after := closedWithin(conn, time.Minute); !closed || after < 4*time.Second {
+		t.Errorf("an idle port-forward stream: closed %v after %s, want closed after about 5s", closed, after)
+	}
 }
 
 // writeServingCert writes a new self-signed serving certificate for the node's IP and its
