@@ -5,7 +5,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -47,24 +46,8 @@ func TestNodeAPIReloadsFromDisk(t *testing.T) {
 	if err := os.WriteFile(caFile, otherCA, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	conf := fmt.Sprintf("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ntlsCertFile: %s\ntlsPrivateKeyFile: %s\n"+
-		"streamingConnectionIdleTimeout: 5s\nauthentication:\n  x509:\n    clientCAFile: %s\n", certFile, keyFile, caFile)
-	dropins := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dropins, "90-reload.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.StopAgent(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cfg.StopAgent(context.Background())
-		if err := cfg.StartAgent(context.Background()); err != nil {
-			t.Errorf("start the agent with the harness's configuration again: %v", err)
-		}
-	})
-	if err := cfg.StartAgent(ctx, "--config-dir="+dropins); err != nil {
-		t.Fatalf("start the agent with the test's certificate files: %v", err)
-	}
+	framework.RestartAgentWith(t, ctx, fmt.Sprintf("tlsCertFile: %s\ntlsPrivateKeyFile: %s\n"+
+		"streamingConnectionIdleTimeout: 5s\nauthentication:\n  x509:\n    clientCAFile: %s\n", certFile, keyFile, caFile))
 
 	pki := filepath.Join(cfg.RunDir, "pki")
 	client, err := tls.LoadX509KeyPair(filepath.Join(pki, "apiserver-kubelet-client.crt"), filepath.Join(pki, "apiserver-kubelet-client.key"))

@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	gosync "sync"
@@ -92,29 +90,10 @@ func stringAttributes(kvs []*commonpb.KeyValue) map[string]string {
 // drop-in, so the test is not parallel and is nodeagent's only.
 func TestPodStartTrace(t *testing.T) {
 	requireNodeagent(t)
-	cfg := framework.Cluster(t)
 	ctx := framework.Context(t, 6*time.Minute)
 	receiver, addr := serveOTLP(t)
 
-	dropins := t.TempDir()
-	conf := fmt.Sprintf("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+
-		"tracing:\n  endpoint: %s\n  samplingRatePerMillion: 1000000\n", addr)
-	if err := os.WriteFile(filepath.Join(dropins, "90-tracing.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.StopAgent(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = cfg.StopAgent(ctx)
-		if err := cfg.StartAgent(ctx); err != nil {
-			t.Errorf("restart the agent with the harness config: %v", err)
-		}
-	})
-	if err := cfg.StartAgent(ctx, "--config-dir="+dropins); err != nil {
-		t.Fatalf("agent with tracing: %v", err)
-	}
+	framework.RestartAgentWith(t, ctx, fmt.Sprintf("tracing:\n  endpoint: %s\n  samplingRatePerMillion: 1000000\n", addr))
 
 	cs := framework.Client(t)
 	cm, err := cs.CoreV1().ConfigMaps(podNS).Create(ctx, &corev1.ConfigMap{

@@ -268,3 +268,30 @@ func ReadyNodes(t *testing.T) []*corev1.Node {
 	}
 	return out
 }
+
+// RestartAgentWith stops the shared cluster's agent and starts it again with config
+// (KubeletConfiguration fields, as YAML without apiVersion and kind) in a drop-in of a
+// --config-dir of its own, and flags. When the test ends, the agent is started again with
+// the harness's configuration alone.
+func RestartAgentWith(t *testing.T, ctx context.Context, config string, flags ...string) {
+	t.Helper()
+	cfg := Cluster(t)
+	dir := t.TempDir()
+	doc := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n" + config
+	if err := os.WriteFile(filepath.Join(dir, "90-test.conf"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.StopAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = cfg.StopAgent(ctx)
+		if err := cfg.StartAgent(ctx); err != nil {
+			t.Errorf("start the agent with the harness's configuration again: %v", err)
+		}
+	})
+	if err := cfg.StartAgent(ctx, append([]string{"--config-dir=" + dir}, flags...)...); err != nil {
+		t.Fatalf("start the agent with %q: %v", config, err)
+	}
+}
