@@ -336,7 +336,7 @@ func restartPolicy(pod *v1.Pod, c *v1.Container) v1.RestartPolicy {
 // too: which one the pod lives in cannot be told, and the pod starts again
 // in a new sandbox, as the kubelet does with more than one ready sandbox.
 func duplicateSandboxes(observed *runtime.PodStatus, current *runtime.SandboxStatus) (extra []string, ok bool) {
-	if current == nil {
+	if current == nil || len(observed.Sandboxes) < 2 {
 		return nil, true
 	}
 	live := map[string]bool{}
