@@ -5,7 +5,9 @@ package e2e
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,8 +188,15 @@ func TestCSIProvisionedVolume(t *testing.T) {
 		}
 		return nil
 	})
-	if m := mountsUnder(t, filepath.Join(root, "plugins", "kubernetes.io", "csi", harness.CSIHostpathDriver)); len(m) > 0 {
+	// This volume's staging directory only: other tests stage volumes of the same driver
+	// in parallel.
+	staging := filepath.Join(root, "plugins", "kubernetes.io", "csi", harness.CSIHostpathDriver,
+		fmt.Sprintf("%x", sha256.Sum256([]byte(handle))))
+	if m := mountsUnder(t, staging); len(m) > 0 {
 		t.Errorf("staging mounts left: %v", m)
+	}
+	if _, err := os.Lstat(staging); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("staging directory %s left (%v)", staging, err)
 	}
 
 	// Reclaim policy Delete: the provisioner deletes the volume, then the PV.
