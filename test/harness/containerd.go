@@ -46,8 +46,8 @@ func pauseImage() string { return "registry.k8s.io/pause:" + PauseTag }
 
 // containerdConfig renders the runtime's configuration: cgroupfs, the harness's runc root,
 // netns under the state dir, CNI from the harness's conf dir, registries from certs.d, and
-// runc under a second handler name (TestRuntimeHandler).
-func (c *Config) containerdConfig() string {
+// runc under a second handler name (TestRuntimeHandler); runc is the binary both handlers run.
+func (c *Config) containerdConfig(runc string) string {
 	root, state, runcRoot, certs, cniConf, _ := c.containerdPaths()
 	sock := c.criSocket()
 	if c.Runtime == RuntimeContainerdDebian {
@@ -70,13 +70,13 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "/usr/sbin/runc"
+        BinaryName = %[10]q
         Root = %[5]q
         SystemdCgroup = false
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[9]s]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[9]s.options]
-        BinaryName = "/usr/sbin/runc"
+        BinaryName = %[10]q
         Root = %[5]q
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -84,7 +84,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     conf_dir = %[7]q
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %[8]q
-`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs, TestRuntimeHandler)
+`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs, TestRuntimeHandler, runc)
 	}
 	return fmt.Sprintf(`version = 3
 root = %[1]q
@@ -110,19 +110,19 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.nri.v1.nri",
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = "/usr/sbin/runc"
+        BinaryName = %[10]q
         Root = %[5]q
         SystemdCgroup = false
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[9]s]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.%[9]s.options]
-        BinaryName = "/usr/sbin/runc"
+        BinaryName = %[10]q
         Root = %[5]q
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [%[6]q]
     conf_dir = %[7]q
-`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs, TestRuntimeHandler)
+`, root, state, sock, pauseImage(), runcRoot, cniBinDir, cniConf, certs, TestRuntimeHandler, runc)
 }
 
 // cniConflist is the pod network: a bridge with host-local IPAM on the node's pod CIDR,
@@ -170,7 +170,7 @@ func registryHosts(n Node) map[string]string {
 // writeContainerdConfig writes node n's runtime configuration into the node's own dirs.
 // The harness writes the pod network's CNI configuration unless the agent makes the pod
 // network itself.
-func (c *Config) writeContainerdConfig(n Node) error {
+func (c *Config) writeContainerdConfig(n Node, runc string) error {
 	certs, cniConf := c.nodePath(n, "containerd", "certs.d"), c.nodePath(n, "cni", "net.d")
 	for name, server := range registryHosts(n) {
 		hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n", server, server)
@@ -191,19 +191,24 @@ func (c *Config) writeContainerdConfig(n Node) error {
 			return err
 		}
 	}
-	return writeFiles(c.nodePath(n, "containerd"), map[string]string{"config.toml": c.containerdConfig()})
+	return writeFiles(c.nodePath(n, "containerd"), map[string]string{"config.toml": c.containerdConfig(runc)})
 }
 
-// containerdBinary returns the containerd to run and the PATH it needs to find its shim.
-func (c *Config) containerdBinary(ctx context.Context) (bin string, env []string, err error) {
+// containerdBinary returns the containerd to run, the PATH it needs to find its shim, and
+// the runc its handlers run: Debian's with Debian's containerd, else the one the harness
+// builds.
+func (c *Config) containerdBinary(ctx context.Context) (bin string, env []string, runc string, err error) {
 	if c.Runtime == RuntimeContainerdDebian {
-		return "/usr/bin/containerd", nil, nil
+		return "/usr/bin/containerd", nil, "/usr/sbin/runc", nil
 	}
 	dir, err := c.EnsureContainerd(ctx)
 	if err != nil {
-		return "", nil, err
+		return "", nil, "", err
 	}
-	return filepath.Join(dir, "containerd"), []string{"PATH=" + dir + ":" + os.Getenv("PATH")}, nil
+	if runc, err = c.EnsureRunc(ctx); err != nil {
+		return "", nil, "", err
+	}
+	return filepath.Join(dir, "containerd"), []string{"PATH=" + dir + ":" + os.Getenv("PATH")}, runc, nil
 }
 
 func (c *Config) startContainerd(ctx context.Context) error {
@@ -211,11 +216,11 @@ func (c *Config) startContainerd(ctx context.Context) error {
 }
 
 func (c *Config) startNodeContainerd(ctx context.Context, n Node) error {
-	bin, env, err := c.containerdBinary(ctx)
+	bin, env, runc, err := c.containerdBinary(ctx)
 	if err != nil {
 		return err
 	}
-	if err := c.writeContainerdConfig(n); err != nil {
+	if err := c.writeContainerdConfig(n, runc); err != nil {
 		return err
 	}
 	if c.RuntimeRootFS > 0 && n.Index == 0 {

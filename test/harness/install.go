@@ -18,11 +18,13 @@ var packages = map[string]string{
 	"iproute2":                    "/usr/sbin/ip",
 	"busybox-static":              "/bin/busybox",
 	"docker-registry":             "/usr/bin/docker-registry",
-	"curl":                        "/usr/bin/curl",   // copied into the agnhost image
-	"bind9-dnsutils":              "/usr/bin/dig",    // copied into agnhost and glibc-dns-testing
-	"netcat-openbsd":              "/bin/nc.openbsd", // copied into agnhost as nc
-	"e2fsprogs":                   "/sbin/mkfs.ext4", // Config.AgentRootFS
-	"mount":                       "/bin/mount",      // loop-mounts Config.AgentRootFS
+	"curl":                        "/usr/bin/curl",          // copied into the agnhost image
+	"bind9-dnsutils":              "/usr/bin/dig",           // copied into agnhost and glibc-dns-testing
+	"netcat-openbsd":              "/bin/nc.openbsd",        // copied into agnhost as nc
+	"e2fsprogs":                   "/sbin/mkfs.ext4",        // Config.AgentRootFS
+	"mount":                       "/bin/mount",             // loop-mounts Config.AgentRootFS
+	"libseccomp-dev":              "/usr/include/seccomp.h", // the runc the harness builds
+	"pkg-config":                  "/usr/bin/pkg-config",
 }
 
 var aptMu sync.Mutex

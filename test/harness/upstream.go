@@ -18,6 +18,9 @@ import (
 // version that Kubernetes' go.mod requires, which is the one it is tested with.
 const (
 	ContainerdVersion = "v2.4.2"
+	// RuncVersion is the runc the built containerd runs: Debian 12's 1.1.5 cannot make
+	// idmapped mounts, without which containerd reports no user-namespace support.
+	RuncVersion = "v1.5.2"
 	PauseTag          = "3.10.2"
 	BusyboxE2ETag     = "1.37.0-2"
 	AgnhostTag        = "2.66.1"
@@ -182,11 +185,48 @@ func (c *Config) EnsureContainerd(ctx context.Context) (_ string, err error) {
 	return bin, nil
 }
 
+// EnsureRunc builds runc into the cache: with cgo and libseccomp (from the harness's
+// Debian packages), as runc's own releases are built.
+func (c *Config) EnsureRunc(ctx context.Context) (_ string, err error) {
+	root := filepath.Join(c.CacheDir, "runc-"+RuncVersion)
+	bin := filepath.Join(root, "bin")
+	const mod = "github.com/opencontainers/runc"
+	bins := map[string]string{"runc": mod}
+	if complete(bin, bins) {
+		return filepath.Join(bin, "runc"), nil
+	}
+	if err := c.ensurePackages(ctx); err != nil {
+		return "", err
+	}
+	p := c.startBuild("runc "+RuncVersion, binaryNames(bins), "about a minute on 2 cores")
+	defer func() { p.end(err) }()
+	p.setPhase("downloading modules")
+	src := filepath.Join(root, "src")
+	gomod := fmt.Sprintf("module nodeagent.local/runc\n\ngo 1.26.0\n\nrequire %s %s\n", mod, RuncVersion)
+	tools := fmt.Sprintf("//go:build tools\n\npackage tools\n\nimport _ %q\n", mod)
+	if err := writeFiles(src, map[string]string{"go.mod": gomod, "tools.go": tools}); err != nil {
+		return "", err
+	}
+	if err := c.goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
+		return "", err
+	}
+	ld := "-s -w -X main.version=" + strings.TrimPrefix(RuncVersion, "v")
+	if err := goBuildEnv(ctx, p, src, bin, ld, []string{"CGO_ENABLED=1"}, []string{"-tags", "seccomp urfave_cli_no_docs"}, bins); err != nil {
+		return "", err
+	}
+	return filepath.Join(bin, "runc"), nil
+}
+
 // goBuild builds every package into a temporary directory and renames it into place, so a
 // build cut short never leaves a half-filled bin dir that looks complete. One go build makes
 // them all, which keeps the cores busy; p counts the packages it compiles (-v) and notes each
 // binary as it appears.
 func goBuild(ctx context.Context, p *buildProgress, src, bin, ldflags string, extra []string, pkgs map[string]string) error {
+	return goBuildEnv(ctx, p, src, bin, ldflags, []string{"CGO_ENABLED=0"}, extra, pkgs)
+}
+
+// goBuildEnv is goBuild with the build's environment given.
+func goBuildEnv(ctx context.Context, p *buildProgress, src, bin, ldflags string, env, extra []string, pkgs map[string]string) error {
 	tmp := bin + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
@@ -199,7 +239,6 @@ func goBuild(ctx context.Context, p *buildProgress, src, bin, ldflags string, ex
 		paths = append(paths, pkg)
 	}
 	sort.Strings(paths)
-	env := []string{"CGO_ENABLED=0"}
 	flags := append([]string{"-trimpath"}, extra...)
 	p.setPhase("")
 	p.expect(packagesToCompile(ctx, src, env, flags, paths...))

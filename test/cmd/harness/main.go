@@ -82,6 +82,9 @@ func run(ctx context.Context, cmd string) error {
 			if _, err := cfg.EnsureContainerd(ctx); err != nil {
 				return err
 			}
+			if _, err := cfg.EnsureRunc(ctx); err != nil {
+				return err
+			}
 		}
 		cfg.ReportBuilds(start)
 		return nil
