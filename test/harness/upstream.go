@@ -20,10 +20,10 @@ const (
 	ContainerdVersion = "v2.4.2"
 	// RuncVersion is the runc the built containerd runs: Debian 12's 1.1.5 cannot make
 	// idmapped mounts, without which containerd reports no user-namespace support.
-	RuncVersion = "v1.5.2"
-	PauseTag          = "3.10.2"
-	BusyboxE2ETag     = "1.37.0-2"
-	AgnhostTag        = "2.66.1"
+	RuncVersion   = "v1.5.2"
+	PauseTag      = "3.10.2"
+	BusyboxE2ETag = "1.37.0-2"
+	AgnhostTag    = "2.66.1"
 )
 
 // KubeVersion returns the pinned upstream release (v1.37.1), derived from the version of
