@@ -38,6 +38,17 @@ const DefaultSkip = `\[Serial\]|\[Disruptive\]|\[Flaky\]`
 // parallel, then the [Serial] ones alone, one at a time.
 const ScopeAll = "all"
 
+// ScopeNode (Options.Scope) runs the wider node suite: the [NodeConformance] specs that are
+// not [Conformance], on two nodes, leaving out what cannot share the cluster, what upstream
+// marks slow, unreliable or alpha, specs of named features, and resize (which the focus's
+// [Conformance] resize specs cover).
+const ScopeNode = "node"
+
+const (
+	nodeFocus = `\[NodeConformance\]`
+	nodeSkip  = `\[Conformance\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]|\[Alpha\]|\[Feature:|[Rr]esize`
+)
+
 const (
 	allFocus        = `\[Conformance\]`
 	allParallelSkip = `\[Serial\]|\[Disruptive\]|\[Flaky\]`
@@ -73,7 +84,7 @@ func SmokeFocus() string {
 type Options struct {
 	// Agent is the node: harness.AgentNodeagent or harness.AgentKubelet.
 	Agent string
-	// Scope is "" for the node-local focus (DefaultFocus, one node) or ScopeAll.
+	// Scope is "" for the node-local focus (DefaultFocus, one node), ScopeAll or ScopeNode.
 	Scope string
 	// Focus and Skip are ginkgo regular expressions on spec names. Default DefaultFocus
 	// and DefaultSkip.
@@ -113,8 +124,13 @@ func (o *Options) complete() error {
 			return fmt.Errorf("scope %q sets its own focus and skip", o.Scope)
 		}
 		o.Focus, o.Skip = allFocus, allParallelSkip
+	case ScopeNode:
+		if o.Focus != "" || o.Skip != "" {
+			return fmt.Errorf("scope %q sets its own focus and skip", o.Scope)
+		}
+		o.Focus, o.Skip = nodeFocus, nodeSkip
 	default:
-		return fmt.Errorf("scope %q: want empty or %q", o.Scope, ScopeAll)
+		return fmt.Errorf("scope %q: want empty, %q or %q", o.Scope, ScopeAll, ScopeNode)
 	}
 	for _, re := range []string{o.Focus, o.Skip} {
 		if _, err := regexp.Compile(re); err != nil {
@@ -152,7 +168,7 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 		return nil, err
 	}
 	cfg.Agent = opts.Agent
-	if opts.Scope == ScopeAll && cfg.NodeCount == 0 {
+	if (opts.Scope == ScopeAll || opts.Scope == ScopeNode) && cfg.NodeCount == 0 {
 		cfg.NodeCount = 2
 	}
 	if err := cfg.Complete(); err != nil {

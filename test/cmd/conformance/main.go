@@ -31,7 +31,7 @@ func main() {
 	procs, _ := strconv.Atoi(os.Getenv("PROCS"))
 	opts := conformance.Options{}
 	smoke := flag.Bool("smoke", false, "run the smoke subset (conformance.SmokeSpecs) and exit non-zero on any failure")
-	flag.StringVar(&opts.Scope, "scope", os.Getenv("CONFORMANCE_SCOPE"), "empty for the node-local focus on one node, or \"all\": every [Conformance] spec on two nodes, the [Serial] ones alone after the rest")
+	flag.StringVar(&opts.Scope, "scope", os.Getenv("CONFORMANCE_SCOPE"), "empty for the node-local focus on one node; \"all\": every [Conformance] spec on two nodes, the [Serial] ones alone after the rest; \"node\": the [NodeConformance] specs that are not [Conformance], on two nodes")
 	flag.StringVar(&opts.Agent, "node", envOr("CONFORMANCE_NODE", harness.AgentNodeagent), "the node agent: nodeagent or kubelet")
 	flag.StringVar(&opts.Focus, "focus", os.Getenv("FOCUS"), "ginkgo focus regexp (default: sig-node and node-local sig-storage [Conformance] specs)")
 	flag.StringVar(&opts.Skip, "skip", os.Getenv("SKIP"), "ginkgo skip regexp (default: "+conformance.DefaultSkip+")")
