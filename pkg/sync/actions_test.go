@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeagent/nodeagent/pkg/probe"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
@@ -183,6 +184,20 @@ func TestComputePodActionsProbesAndSidecars(t *testing.T) {
 		{name: "liveness failed, Never: kill, not restarted", pod: basePod(withProbe(false, 0, liveness), withPolicy(v1.RestartPolicyNever)),
 			observed: obs(running("a"), running("b")), probes: probeResults{"a-id": {Liveness: probe.Failure}},
 			want: podActions{SandboxID: "sb", NextInit: -1, ProbeKills: []probeKill{{ID: "a-id", Name: "a", Message: "Container a failed liveness probe"}}}},
+		{name: "liveness failed, the container's own Never in a pod of Always: not restarted",
+			pod: basePod(withProbe(false, 0, func(c *v1.Container) {
+				liveness(c)
+				c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
+			})),
+			observed: obs(running("a"), running("b")), probes: probeResults{"a-id": {Liveness: probe.Failure}},
+			want: podActions{SandboxID: "sb", NextInit: -1, ProbeKills: []probeKill{{ID: "a-id", Name: "a", Message: "Container a failed liveness probe"}}}},
+		{name: "liveness failed, the container's own OnFailure in a pod of Never: restarted",
+			pod: basePod(withPolicy(v1.RestartPolicyNever), withProbe(false, 0, func(c *v1.Container) {
+				liveness(c)
+				c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyOnFailure)
+			})),
+			observed: obs(running("a"), running("b")), probes: probeResults{"a-id": {Liveness: probe.Failure}},
+			want: podActions{SandboxID: "sb", NextInit: -1, ProbeKills: []probeKill{{ID: "a-id", Name: "a", Message: "Container a failed liveness probe, will be restarted"}}}},
 		{name: "startup failed: kill", pod: basePod(withProbe(false, 1, startup)),
 			observed: obs(running("a"), running("b")), probes: probeResults{"b-id": {Startup: probe.Failure}},
 			want: podActions{SandboxID: "sb", NextInit: -1, ProbeKills: []probeKill{{ID: "b-id", Name: "b", Message: "Container b failed startup probe, will be restarted"}}}},

@@ -94,7 +94,13 @@ func failedProbe(pod *v1.Pod, spec *v1.Container, c *runtime.ContainerStatus, in
 	default:
 		return k, false
 	}
-	if !init && pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+	// A container's own restartPolicy, where it has one, says whether it comes back
+	// (no exit code is known yet, so its rules on exit codes cannot decide).
+	policy := pod.Spec.RestartPolicy
+	if spec.RestartPolicy != nil {
+		policy = v1.RestartPolicy(*spec.RestartPolicy)
+	}
+	if !init && policy != v1.RestartPolicyNever {
 		k.Message += ", will be restarted"
 	}
 	return k, true
