@@ -12,18 +12,16 @@ import (
 	utilexec "k8s.io/utils/exec"
 )
 
-// execSlack is how long past an exec probe's timeout the agent waits for
-// the runtime to report it, before it gives up on the call itself: the
-// runtime kills the command at the timeout, and a runtime that does not
-// must not hold the probe forever.
-const execSlack = 2 * time.Second
-
 // execProbe runs the command in the container: exit 0 is a success, any
 // other exit a failure with the command's output, and a command still
-// running at the timeout a failure.
+// running at the timeout a failure. The timeout is the runtime's to
+// enforce, as with the kubelet: the call itself is bounded by the
+// runtime request timeout on top of it (runtime.Client.ExecSync), so a
+// runtime slow to answer — restarting, or busy restoring its shims — is
+// no verdict on the container, only an error (the result is kept), where
+// a deadline of a few seconds would have counted it as a failed probe and
+// restarted a healthy container.
 func (c *checker) execProbe(ctx context.Context, t Target, cmd []string, timeout time.Duration) (outcome, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout+execSlack)
-	defer cancel()
 	stdout, stderr, err := c.exec.ExecSync(ctx, t.ContainerID, cmd, timeout)
 	out := limitOutput(append(stdout, stderr...))
 	var exit utilexec.ExitError

@@ -73,13 +73,15 @@ type outageSuite struct {
 }
 
 // createProbed creates busybox pods with a liveness and a readiness probe every 2 s, each
-// passing while its file (/tmp/alive, /tmp/ready) is there.
+// passing while its file (/tmp/alive, /tmp/ready) is there. The probes have 5 s to run:
+// a runtime just restarted, restoring the shims of 50 pods on 2 cores, can take more than
+// the default second to run a command, which the kubelet too would count as a failure.
 func (o *outageSuite) createProbed(t *testing.T, names ...string) {
 	t.Helper()
 	grace := int64(1)
 	probe := func(file string) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", file}}},
-			PeriodSeconds: 2, FailureThreshold: 1}
+			PeriodSeconds: 2, FailureThreshold: 1, TimeoutSeconds: 5}
 	}
 	for _, name := range names {
 		pod := &corev1.Pod{
