@@ -188,7 +188,7 @@ var configFields = map[string]fieldRule{
 	"topologyManagerPolicy":                {class: refused, note: "the topology manager is not implemented: pods the policy would reject for poor NUMA alignment would be admitted"},
 	"topologyManagerPolicyOptions":         {class: warned, note: noCPUManager},
 	"topologyManagerScope":                 {class: warned, note: noCPUManager},
-	"tracing":                              {class: honoured, note: "OTLP spans of pods' starts, their steps and CRI calls (pkg/timeline/trace.go, tracing.go)"},
+	"tracing":                              {class: honoured, note: "OTLP spans of pods' starts and terminations, their steps and CRI calls (pkg/timeline/trace.go, tracing.go)"},
 	"userNamespaces.idsPerPod":             {class: warned, note: "pods' user namespaces are left to the runtime's mapping"},
 	"volumePluginDir":                      {class: warned, note: "FlexVolume drivers are not supported"},
 	"volumeStatsAggPeriod":                 {class: honoured, note: "volume usage in the Summary API (pkg/stats)"},

@@ -13,7 +13,8 @@ func newPodStepDuration() *compbase.HistogramVec {
 	return compbase.NewHistogramVec(&compbase.HistogramOpts{
 		Namespace: "nodeagent", Name: "pod_start_step_duration_seconds",
 		Help: "Duration in seconds of each step the agent takes for a pod, broken down by step: admit, podCgroup, volumes, " +
-			"pullImage, sandbox, createContainer, startContainer, postStart, and the termination steps (preStop, stopContainer, stopSandbox, unmountVolumes). " +
+			"pullImage, sandbox, createContainer, startContainer, postStart, and the termination steps (preStop, stopContainer, stopSandbox, " +
+			"finalStatus, removeContainer, removeSandbox, removePodCgroup, unmountVolumes, confirmDeletion). " +
 			"Failed steps count; images found present do not.",
 		Buckets: compbase.ExponentialBuckets(.005, 2.5, 14), StabilityLevel: compbase.ALPHA,
 	}, []string{"step"})

@@ -186,6 +186,10 @@ type outcome struct {
 	// startsFailed are the containers (by ID) that were created, or
 	// found created, and then failed to start.
 	startsFailed []string
+	// observed is the runtime as the sync step knows it to have left it,
+	// when it knows better than the observation it began with (the
+	// sandbox it made: see sandboxReady); nil otherwise.
+	observed *runtime.PodStatus
 }
 
 // decide returns the next step for the pod. It is pure.

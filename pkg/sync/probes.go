@@ -118,15 +118,15 @@ func (w *Worker) killForProbe(ctx context.Context, pod *v1.Pod, observed *runtim
 		grace = *k.Grace
 	}
 	w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling, "%s", k.Message)
-	return w.timed(ctx, "stopContainer:"+k.Name, func(ctx context.Context) error {
-		return w.stopContainer(ctx, pod, spec, k.ID, podIP(pod, observed), grace)
-	})
+	return w.stopContainer(ctx, pod, spec, k.Name, k.ID, podIP(pod, observed), grace)
 }
 
-// stopContainer stops one running container: its preStop hook first, if
-// it has one, within the grace period, then the runtime's stop with what
-// is left of it (never less than minGracePeriod).
-func (w *Worker) stopContainer(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, ip string, grace int64) error {
+// stopContainer stops the pod's container name (id), in two steps: its
+// preStop hook first (preStop:<name>), if spec has one, within the grace
+// period, then the runtime's stop (stopContainer:<name>) with what is left
+// of it (never less than minGracePeriod). A failed hook does not keep the
+// container from stopping.
+func (w *Worker) stopContainer(ctx context.Context, pod *v1.Pod, spec *v1.Container, name, id, ip string, grace int64) error {
 	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && grace > 0 {
 		start := w.deps.clock.Now()
 		t := probe.Target{Pod: pod, Container: spec, ContainerID: id, PodIP: ip}
@@ -144,7 +144,9 @@ func (w *Worker) stopContainer(ctx context.Context, pod *v1.Pod, spec *v1.Contai
 		}
 		grace -= int64(w.deps.clock.Since(start) / time.Second)
 	}
-	return w.deps.runtime.StopContainer(ctx, id, max(grace, minGracePeriod))
+	return w.timed(ctx, "stopContainer:"+name, func(ctx context.Context) error {
+		return w.deps.runtime.StopContainer(ctx, id, max(grace, minGracePeriod))
+	})
 }
 
 // runPostStart runs the container's postStart hook, if any, right after

@@ -223,6 +223,9 @@ func (p *pass) run(ctx context.Context) {
 	}
 
 	p.podIPs = w.sandboxIPs(ctx, pod, p.observed, sandboxID)
+	if plan.CreateSandbox {
+		p.sandboxReady(sandboxID)
+	}
 
 	// Ephemeral containers first, as the kubelet does: a debugger can then
 	// start in a pod whose init containers cannot.
@@ -464,9 +467,7 @@ func (w *Worker) restartForResize(ctx context.Context, pod *v1.Pod, observed *ru
 		}
 		w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling,
 			"Container %s resize requires restart", c.Name)
-		return w.timed(ctx, "stopContainer:"+c.Name, func(ctx context.Context) error {
-			return w.stopContainer(ctx, pod, spec, id, podIP(pod, observed), gracePeriod(pod))
-		})
+		return w.stopContainer(ctx, pod, spec, c.Name, id, podIP(pod, observed), gracePeriod(pod))
 	}
 	return nil
 }
@@ -478,14 +479,12 @@ func (w *Worker) replaceContainer(ctx context.Context, pod *v1.Pod, observed *ru
 		if c.ID != id {
 			continue
 		}
-		if spec, init := specContainer(pod, c.Name, c.Init); spec != nil {
+		spec, init := specContainer(pod, c.Name, c.Init)
+		if spec != nil {
 			w.deps.events.Eventf(containerRef(pod, spec, init), v1.EventTypeNormal, eventKilling,
 				"Container %s definition changed, will be restarted", c.Name)
 		}
-		return w.timed(ctx, "stopContainer:"+c.Name, func(ctx context.Context) error {
-			spec, _ := specContainer(pod, c.Name, c.Init)
-			return w.stopContainer(ctx, pod, spec, id, podIP(pod, observed), gracePeriod(pod))
-		})
+		return w.stopContainer(ctx, pod, spec, c.Name, id, podIP(pod, observed), gracePeriod(pod))
 	}
 	return nil
 }

@@ -61,10 +61,7 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		if c.State != runtime.ContainerRunning {
 			hooked = nil // no preStop in a container that is not running
 		}
-		err := w.timed(ctx, "stopContainer:"+c.Name, func(ctx context.Context) error {
-			return w.stopContainer(ctx, pod, hooked, c.ID, ip, grace)
-		})
-		if err != nil {
+		if err := w.stopContainer(ctx, pod, hooked, c.Name, c.ID, ip, grace); err != nil {
 			mu.Lock()
 			errs = append(errs, fmt.Errorf("stop container %q: %w", c.Name, err))
 			mu.Unlock()
@@ -115,12 +112,18 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus) error {
 	var errs []error
 	for _, c := range observed.Containers {
-		if err := w.deps.runtime.RemoveContainer(ctx, c.ID); err != nil && grpcstatus.Code(err) != codes.NotFound {
+		err := w.timed(ctx, "removeContainer:"+c.Name, func(ctx context.Context) error {
+			return ignoreNotFound(w.deps.runtime.RemoveContainer(ctx, c.ID))
+		})
+		if err != nil {
 			errs = append(errs, fmt.Errorf("remove container %q: %w", c.Name, err))
 		}
 	}
 	for _, sb := range observed.Sandboxes {
-		if err := w.deps.runtime.RemovePodSandbox(ctx, sb.ID); err != nil && grpcstatus.Code(err) != codes.NotFound {
+		err := w.timed(ctx, "removeSandbox", func(ctx context.Context) error {
+			return ignoreNotFound(w.deps.runtime.RemovePodSandbox(ctx, sb.ID))
+		})
+		if err != nil {
 			errs = append(errs, fmt.Errorf("remove sandbox: %w", err))
 		}
 	}
@@ -182,6 +185,15 @@ func isEphemeral(pod *v1.Pod, name string) bool {
 	return false
 }
 
+// ignoreNotFound makes the runtime's NotFound a success: what is to be
+// removed is gone.
+func ignoreNotFound(err error) error {
+	if grpcstatus.Code(err) == codes.NotFound {
+		return nil
+	}
+	return err
+}
+
 // removeCgroup removes the pod's cgroup; a busy one is retried by the
 // next pass.
 func (w *Worker) removeCgroup(ctx context.Context, pod *v1.Pod) error {
@@ -189,10 +201,38 @@ func (w *Worker) removeCgroup(ctx context.Context, pod *v1.Pod) error {
 	if cg == nil {
 		return nil
 	}
-	if err := cg.RemovePod(ctx, pod.UID); err != nil {
+	err := w.timed(ctx, "removePodCgroup", func(ctx context.Context) error { return cg.RemovePod(ctx, pod.UID) })
+	if err != nil {
 		return fmt.Errorf("remove pod cgroup: %w", err)
 	}
 	return nil
+}
+
+// finalize computes the ended pod's final status and, when write, hands
+// it to the status manager at once; otherwise it waits for the pod's
+// deletion to be confirmed with it.
+func (w *Worker) finalize(ctx context.Context, pod *v1.Pod, observed *runtime.PodStatus, write bool) *v1.PodStatus {
+	var st v1.PodStatus
+	_ = w.timed(ctx, "finalStatus", func(context.Context) error {
+		st = w.finalStatus(pod, observed)
+		if write {
+			w.deps.status.SetFinal(pod, st)
+		}
+		return nil
+	})
+	return &st
+}
+
+// confirmDeletion hands the deleted pod's final status to the status
+// manager, whose write of it confirms the deletion to the apiserver.
+func (w *Worker) confirmDeletion(ctx context.Context, pod *v1.Pod) error {
+	return w.timed(ctx, "confirmDeletion", func(context.Context) error {
+		if w.state.final == nil {
+			return errors.New("no final status to confirm the deletion with")
+		}
+		w.deps.status.SetFinal(pod, *w.state.final)
+		return nil
+	})
 }
 
 // release tears down what an ended pod no longer needs while its

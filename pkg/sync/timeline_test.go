@@ -60,7 +60,10 @@ func TestWorkerRecordsTimeline(t *testing.T) {
 		got = append(got, s.Name)
 	}
 	want := []string{"volumes", "sandbox", "pullImage:init", "createContainer:init", "startContainer:init",
-		"pullImage:a", "createContainer:a", "startContainer:a", "ready", "stopContainer:a", "stopSandbox", "unmountVolumes"}
+		"pullImage:a", "createContainer:a", "startContainer:a", "ready",
+		// Its termination, the newest containers removed first.
+		"stopContainer:a", "stopSandbox", "finalStatus", "removeContainer:a", "removeContainer:init", "removeSandbox",
+		"unmountVolumes", "confirmDeletion"}
 	if !slices.Equal(got, want) {
 		t.Errorf("steps\n got %v\nwant %v", got, want)
 	}

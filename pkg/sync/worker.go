@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"slices"
 	gosync "sync"
 	"sync/atomic"
@@ -138,6 +137,7 @@ func (w *Worker) run(ctx context.Context) {
 	ctx = klog.NewContext(ctx, logger)
 	timer := w.deps.clock.NewTimer(w.settings.resync)
 	defer timer.Stop()
+	defer func() { w.deps.tracer.Forget(w.uid, w.deps.clock.Now()) }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -184,8 +184,9 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 		resync:   w.settings.resync, maxRestartBackoff: w.settings.maxRestartBackoff,
 	})
 	// The pod's start, while it lasts, is the parent of the pass's steps;
-	// a step that ends the pod ends its start.
-	ctx = w.deps.tracer.Pass(ctx, w.uid, s.kind != stepSync && s.kind != stepIdle, now)
+	// a step that ends the pod ends its start and runs under its
+	// termination, until a pass finds nothing left to do.
+	ctx = w.deps.tracer.Pass(ctx, timelinePod(pod), tracedPass(&w.state, s, pod, removed), now)
 	o := w.execute(ctx, s, pod, observed)
 	w.state = advance(w.state, s, o, now)
 	if w.state.phase != phaseSyncing {
@@ -193,6 +194,9 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 	}
 	if s.kind == stepSync {
 		w.resizeProgress(pod, s, o)
+		if o.observed != nil {
+			observed = o.observed
+		}
 		w.report(pod, observed)
 	}
 	switch {
@@ -234,20 +238,13 @@ func (w *Worker) execute(ctx context.Context, s step, pod *v1.Pod, observed *run
 		w.deps.probes.RemovePod(w.uid)
 		return outcome{err: w.killPod(ctx, pod, observed, s.grace)}
 	case stepFinal:
-		st := w.finalStatus(pod, observed)
-		if s.write {
-			w.deps.status.SetFinal(pod, st)
-		}
-		return outcome{final: &st}
+		return outcome{final: w.finalize(ctx, pod, observed, s.write)}
 	case stepCleanup:
 		return outcome{err: w.cleanup(ctx, pod, observed)}
 	case stepRelease:
 		return outcome{err: w.release(ctx, pod)}
 	case stepConfirm:
-		if w.state.final == nil {
-			return outcome{err: errors.New("no final status to confirm the deletion with")}
-		}
-		w.deps.status.SetFinal(pod, *w.state.final)
+		return outcome{err: w.confirmDeletion(ctx, pod)}
 	}
 	return outcome{}
 }
@@ -274,7 +271,12 @@ func (w *Worker) passContext(ctx context.Context) (context.Context, func()) {
 // the pod's containers to the prober.
 func (w *Worker) report(pod *v1.Pod, observed *runtime.PodStatus) {
 	w.deps.probes.UpdatePod(pod, observed)
-	st := w.computeStatus(pod, observed, false)
+	w.publish(pod, w.computeStatus(pod, observed, false))
+}
+
+// publish hands the status of a running pod to the status manager, and
+// to the start metrics, the timeline and the tracer.
+func (w *Worker) publish(pod *v1.Pod, st v1.PodStatus) {
 	now, tp := w.deps.clock.Now(), timelinePod(pod)
 	w.start.observe(w.deps.metrics, pod, st, now)
 	w.deps.timeline.ObserveStatus(tp, &st, now)
@@ -318,8 +320,14 @@ func (w *Worker) acted() {
 }
 
 func (w *Worker) computeStatus(pod *v1.Pod, observed *runtime.PodStatus, terminal bool) v1.PodStatus {
+	return w.statusFrom(pod, observed, w.state.waiting, terminal)
+}
+
+// statusFrom computes the pod's status with the containers' waiting
+// reasons given (computeStatus: the worker's own).
+func (w *Worker) statusFrom(pod *v1.Pod, observed *runtime.PodStatus, waiting map[string]status.Waiting, terminal bool) v1.PodStatus {
 	return status.Compute(status.Input{
-		Pod: pod, Observed: observed, Waiting: w.state.waiting, Terminal: terminal,
+		Pod: pod, Observed: observed, Waiting: waiting, Terminal: terminal,
 		NodeIPs: w.settings.nodeIPs, RuntimeName: w.settings.runtimeName, Now: w.deps.clock.Now(),
 		Probes: w.statusProbes,
 		Actuated: func(name string) (v1.ResourceRequirements, bool) {

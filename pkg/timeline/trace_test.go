@@ -32,7 +32,8 @@ func newTestTracer(t *testing.T, sampler sdktrace.Sampler) (*Tracer, *tracetest.
 
 // spanTrees draws the exported spans as indented trees, one per trace,
 // children in the order they started: "name:container" and, where set,
-// the start's outcome, a cached image and an error status.
+// the termination's reason, the start's or termination's outcome, a
+// cached image and an error status.
 func spanTrees(spans tracetest.SpanStubs) string {
 	children := map[trace.SpanID][]tracetest.SpanStub{}
 	var roots []tracetest.SpanStub
@@ -59,7 +60,10 @@ func spanTrees(spans tracetest.SpanStubs) string {
 		if c := attrs["k8s.container.name"]; c != "" {
 			b.WriteString(":" + c)
 		}
-		if o := attrs[string(AttrStartOutcome)]; o != "" {
+		if r := attrs[string(AttrEndReason)]; r != "" {
+			b.WriteString(" reason=" + r)
+		}
+		if o := attrs[string(AttrStartOutcome)] + attrs[string(AttrEndOutcome)]; o != "" {
 			b.WriteString(" outcome=" + o)
 		}
 		if attrs[string(AttrImageCached)] == "true" {
@@ -115,7 +119,7 @@ func TestTracerTracesPodStart(t *testing.T) {
 	}
 
 	tr.Admitted(context.Background(), web, Step{Name: "admit", Start: at(0), End: at(1)})
-	ctx := tr.Pass(context.Background(), web.UID, false, at(2))
+	ctx := tr.Pass(context.Background(), web, Pass{}, at(2))
 	_, s := tr.Step(ctx, web, "podCgroup", at(2))
 	s.End(at(3), nil)
 	sctx, s := tr.Step(ctx, web, "sandbox", at(4))
@@ -126,7 +130,7 @@ func TestTracerTracesPodStart(t *testing.T) {
 	call(sctx, "runtime.v1.RuntimeService/CreateContainer")
 	s.End(at(13), errors.New("rpc error: code = Unknown desc = boom"))
 	// The next pass: the start goes on.
-	ctx = tr.Pass(context.Background(), web.UID, false, at(20))
+	ctx = tr.Pass(context.Background(), web, Pass{}, at(20))
 	sctx, s = tr.Step(ctx, web, "createContainer:app", at(20))
 	call(sctx, "runtime.v1.RuntimeService/CreateContainer")
 	s.End(at(21), nil)
@@ -136,7 +140,7 @@ func TestTracerTracesPodStart(t *testing.T) {
 	tr.ObserveStatus(web, &v1.PodStatus{Phase: v1.PodPending}, at(24))
 	tr.ObserveStatus(web, readyStatus, at(30))
 	// Past its start, the pod's steps are traces of their own.
-	ctx = tr.Pass(context.Background(), web.UID, false, at(60))
+	ctx = tr.Pass(context.Background(), web, Pass{}, at(60))
 	if trace.SpanFromContext(ctx).SpanContext().IsValid() {
 		t.Error("a pass after the start carries a span")
 	}
@@ -207,10 +211,14 @@ func TestTracerEndsStart(t *testing.T) {
 			tr.ObserveStatus(web, &v1.PodStatus{Phase: v1.PodFailed, Message: "OOMKilled"}, at)
 		}, wantOutcome: StartFailed, wantError: "the pod failed before it was ready: OOMKilled"},
 		{name: "stopped", then: func(t *testing.T, tr *Tracer, at time.Time) {
-			if ctx := tr.Pass(context.Background(), web.UID, true, at); trace.SpanFromContext(ctx).SpanContext().IsValid() {
-				t.Error("an ending pass carries the start")
+			ctx := tr.Pass(context.Background(), web, Pass{Ending: true, Reason: EndDeleted}, at)
+			if s, ok := trace.SpanFromContext(ctx).(sdktrace.ReadOnlySpan); !ok || s.Name() != SpanPodTermination {
+				t.Error("an ending pass does not carry the pod's termination")
 			}
+			tr.Forget(web.UID, at)
 		}, wantOutcome: StartStopped, wantError: "the pod began to end before it was ready"},
+		{name: "abandoned", then: func(t *testing.T, tr *Tracer, at time.Time) { tr.Forget(web.UID, at) },
+			wantOutcome: StartAbandoned, wantError: "the agent stopped before the pod was ready"},
 		{name: "refused", refused: true, wantOutcome: StartRefused, wantError: "OutOfcpu: no room"},
 	}
 	for _, tt := range tests {
@@ -222,7 +230,7 @@ func TestTracerEndsStart(t *testing.T) {
 			}
 			tr.Admitted(context.Background(), web, admit)
 			if tt.then != nil {
-				ctx := tr.Pass(context.Background(), web.UID, false, t0.Add(2*time.Millisecond))
+				ctx := tr.Pass(context.Background(), web, Pass{}, t0.Add(2*time.Millisecond))
 				_, s := tr.Step(ctx, web, "volumes", t0.Add(2*time.Millisecond))
 				s.End(t0.Add(3*time.Millisecond), nil)
 				tt.then(t, tr, t0.Add(time.Second))
@@ -263,7 +271,7 @@ func TestTracerEndsStart(t *testing.T) {
 func TestTracerUnsampledStartHoldsItsSteps(t *testing.T) {
 	tr, exp, _ := newTestTracer(t, notNamed(SpanPodStart))
 	tr.Admitted(context.Background(), web, Step{Name: "admit", Start: t0, End: t0})
-	ctx := tr.Pass(context.Background(), web.UID, false, t0)
+	ctx := tr.Pass(context.Background(), web, Pass{}, t0)
 	_, s := tr.Step(ctx, web, "sandbox", t0)
 	s.End(t0, nil)
 	if tr.starting() != 1 {
@@ -281,7 +289,7 @@ func TestTracerOff(t *testing.T) {
 	tr := NewTracer(TracerConfig{})
 	tr.Admitted(context.Background(), web, Step{Name: "admit", Start: t0, End: t0})
 	ctx := context.Background()
-	if got := tr.Pass(ctx, web.UID, false, t0); got != ctx {
+	if got := tr.Pass(ctx, web, Pass{}, t0); got != ctx {
 		t.Error("Pass made a new context")
 	}
 	got, s := tr.Step(ctx, web, "sandbox", t0)
@@ -291,8 +299,24 @@ func TestTracerOff(t *testing.T) {
 	s.End(t0, errors.New("boom"))
 	tr.Record(ctx, web, Step{Name: "pullImage:app", Start: t0, Cached: true})
 	tr.ObserveStatus(web, readyStatus, t0)
-	if tr.starting() != 0 {
-		t.Errorf("%d starts kept", tr.starting())
+	if got := tr.Pass(ctx, web, Pass{Ending: true, Reason: EndDeleted, GracePeriod: 30}, t0); got != ctx {
+		t.Error("an ending Pass made a new context")
+	}
+	tr.Pass(ctx, web, Pass{Outcome: EndedCleaned}, t0)
+	tr.Forget(web.UID, t0)
+	if tr.starting() != 0 || tr.terminating() != 0 {
+		t.Errorf("%d starts and %d terminations kept", tr.starting(), tr.terminating())
+	}
+	// The passes of a termination cost nothing.
+	allocs := testing.AllocsPerRun(100, func() {
+		ctx := tr.Pass(ctx, web, Pass{Ending: true, Reason: EndDeleted, GracePeriod: 30}, t0)
+		_, s := tr.Step(ctx, web, "stopContainer:app", t0)
+		s.End(t0, nil)
+		tr.Pass(ctx, web, Pass{Outcome: EndedCleaned}, t0)
+		tr.Forget(web.UID, t0)
+	})
+	if allocs != 0 {
+		t.Errorf("a termination's passes allocate %v times with tracing off", allocs)
 	}
 }
 
@@ -307,3 +331,169 @@ func (n notNamed) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingR
 }
 
 func (n notNamed) Description() string { return fmt.Sprintf("NotNamed{%s}", string(n)) }
+
+// A pod's termination is one trace, across the passes it takes: from
+// the first that acts to end the pod to the first with nothing left to
+// do, each step below it (a failed one with its error) and the CRI calls
+// below their step. It is linked to the start it cut short.
+func TestTracerTracesPodTermination(t *testing.T) {
+	tr, exp, cri := newTestTracer(t, nil)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	call := func(ctx context.Context, name string) {
+		_, s := cri.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
+		s.End()
+	}
+	// step takes a step with its calls; one named with a "!" fails.
+	step := func(ctx context.Context, name string, from, to int, calls ...string) {
+		var err error
+		if n, failed := strings.CutSuffix(name, "!"); failed {
+			name, err = n, errors.New("rpc error: code = Unknown desc = boom")
+		}
+		sctx, s := tr.Step(ctx, web, name, at(from))
+		for _, c := range calls {
+			call(sctx, "runtime.v1.RuntimeService/"+c)
+		}
+		s.End(at(to), err)
+	}
+	deleted := Pass{Ending: true, Reason: EndDeleted, GracePeriod: 30}
+
+	tr.Admitted(context.Background(), web, Step{Name: "admit", Start: at(0), End: at(1)})
+	step(tr.Pass(context.Background(), web, Pass{}, at(2)), "sandbox", 2, 5, "RunPodSandbox")
+	// Deleted before it was ready: the stop fails, and the next pass
+	// tries again under the same termination.
+	ctx := tr.Pass(context.Background(), web, deleted, at(10))
+	step(ctx, "preStop:app", 10, 12)
+	step(ctx, "stopContainer:app!", 12, 14, "StopContainer")
+	ctx = tr.Pass(context.Background(), web, deleted, at(20))
+	step(ctx, "stopContainer:app", 20, 22, "StopContainer")
+	step(ctx, "stopSandbox", 22, 25, "StopPodSandbox")
+	ctx = tr.Pass(context.Background(), web, deleted, at(30))
+	step(ctx, "finalStatus", 30, 30)
+	ctx = tr.Pass(context.Background(), web, deleted, at(31))
+	step(ctx, "removeContainer:app", 31, 32, "RemoveContainer")
+	step(ctx, "removeSandbox", 32, 33, "RemovePodSandbox")
+	step(ctx, "unmountVolumes", 33, 35)
+	ctx = tr.Pass(context.Background(), web, deleted, at(36))
+	step(ctx, "confirmDeletion", 36, 36)
+	// Nothing left to do: the termination ends, once.
+	tr.Pass(context.Background(), web, Pass{Outcome: EndedCleaned}, at(40))
+	tr.Pass(context.Background(), web, Pass{Outcome: EndedCleaned}, at(50))
+	tr.Forget(web.UID, at(60))
+
+	spans := exp.GetSpans()
+	want := `podStart outcome=stopped error=the pod began to end before it was ready
+  admit
+  sandbox
+    runtime.v1.RuntimeService/RunPodSandbox
+podTermination reason=deleted outcome=cleaned
+  preStop:app
+  stopContainer:app error=rpc error: code = Unknown desc = boom
+    runtime.v1.RuntimeService/StopContainer
+  stopContainer:app
+    runtime.v1.RuntimeService/StopContainer
+  stopSandbox
+    runtime.v1.RuntimeService/StopPodSandbox
+  finalStatus
+  removeContainer:app
+    runtime.v1.RuntimeService/RemoveContainer
+  removeSandbox
+    runtime.v1.RuntimeService/RemovePodSandbox
+  unmountVolumes
+  confirmDeletion
+`
+	if got := spanTrees(spans); got != want {
+		t.Errorf("spans\n%s\nwant\n%s", got, want)
+	}
+	root, start := spanNamed(t, spans, SpanPodTermination), spanNamed(t, spans, SpanPodStart)
+	if !root.StartTime.Equal(at(10)) || !root.EndTime.Equal(at(40)) {
+		t.Errorf("the termination runs %v to %v, want from its first pass to the one with nothing left to do", root.StartTime, root.EndTime)
+	}
+	if root.Status.Code == codes.Error {
+		t.Errorf("a termination done is an error: %+v", root.Status)
+	}
+	if len(root.Links) != 1 || root.Links[0].SpanContext.SpanID() != start.SpanContext.SpanID() {
+		t.Errorf("the termination's links %v, want the start it cut short", root.Links)
+	}
+	a := attrMap(root.Attributes)
+	if a["k8s.pod.uid"] != "uid-1" || a["k8s.pod.name"] != "web" || a["k8s.namespace.name"] != "default" || a["k8s.pod"] != "default/web" ||
+		a[string(AttrGracePeriod)] != "30" {
+		t.Errorf("the termination's attributes %v", a)
+	}
+	for _, s := range spans {
+		if s.Parent.SpanID() == root.SpanContext.SpanID() && attrMap(s.Attributes)["k8s.pod.uid"] != "uid-1" {
+			t.Errorf("step %s does not name the pod: %v", s.Name, s.Attributes)
+		}
+	}
+	if tr.starting() != 0 || tr.terminating() != 0 {
+		t.Errorf("%d starts and %d terminations still open", tr.starting(), tr.terminating())
+	}
+}
+
+// How a termination ends: with nothing left to do for the pod, kept for
+// its logs or cleaned up (a kept pod's deletion is a termination of its
+// own), or abandoned when its worker stops.
+func TestTracerEndsTermination(t *testing.T) {
+	tests := []struct {
+		name string
+		// passes are the passes after the termination began, as the pod
+		// completed: "step" takes one, an Outcome ends.
+		passes []Pass
+		forget bool
+		// want is the terminations' roots as spanTrees draws them.
+		want []string
+	}{
+		{name: "kept", passes: []Pass{{Outcome: EndedKept}},
+			want: []string{"podTermination reason=completed outcome=kept"}},
+		{name: "kept, then deleted", passes: []Pass{{Outcome: EndedKept}, {Outcome: EndedKept}, {Ending: true, Reason: EndDeleted}, {Outcome: EndedCleaned}},
+			want: []string{"podTermination reason=completed outcome=kept", "podTermination reason=deleted outcome=cleaned"}},
+		{name: "abandoned", passes: []Pass{{Ending: true, Reason: EndCompleted}}, forget: true,
+			want: []string{"podTermination reason=completed outcome=abandoned error=the agent stopped before the pod's termination was done"}},
+		{name: "still open", passes: []Pass{{Ending: true, Reason: EndCompleted}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, exp, _ := newTestTracer(t, nil)
+			at := t0
+			_, s := tr.Step(tr.Pass(context.Background(), web, Pass{Ending: true, Reason: EndCompleted}, at), web, "stopSandbox", at)
+			s.End(at, nil)
+			for _, p := range tt.passes {
+				at = at.Add(time.Second)
+				ctx := tr.Pass(context.Background(), web, p, at)
+				if p.Ending {
+					_, s := tr.Step(ctx, web, "removeSandbox", at)
+					s.End(at, nil)
+				}
+			}
+			if tt.forget {
+				tr.Forget(web.UID, at)
+			}
+			var got []string
+			for _, line := range strings.Split(spanTrees(exp.GetSpans()), "\n") {
+				if strings.HasPrefix(line, SpanPodTermination) {
+					got = append(got, line)
+				}
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("terminations\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			if open := tr.terminating(); open != 1 && tt.want == nil || open != 0 && tt.want != nil {
+				t.Errorf("%d terminations open", open)
+			}
+		})
+	}
+}
+
+// A termination that is not sampled holds its steps all the same.
+func TestTracerUnsampledTerminationHoldsItsSteps(t *testing.T) {
+	tr, exp, _ := newTestTracer(t, notNamed(SpanPodTermination))
+	ctx := tr.Pass(context.Background(), web, Pass{Ending: true, Reason: EndEvicted}, t0)
+	_, s := tr.Step(ctx, web, "stopSandbox", t0)
+	s.End(t0, nil)
+	if tr.terminating() != 1 {
+		t.Errorf("the unsampled termination is not kept (%d open)", tr.terminating())
+	}
+	tr.Pass(context.Background(), web, Pass{Outcome: EndedKept}, t0)
+	if spans := exp.GetSpans(); len(spans) != 0 || tr.terminating() != 0 {
+		t.Errorf("spans of an unsampled termination exported:\n%s(%d open)", spanTrees(spans), tr.terminating())
+	}
+}
