@@ -11,8 +11,11 @@ import (
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -192,6 +195,14 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	// With the attach/detach controller managing the node's attachments,
+	// its word (the Node's status.volumesAttached) is read from a watch of
+	// the Node, not fetched for each volume.
+	var ownNode func() (*v1.Node, error)
+	var nodeInformers informers.SharedInformerFactory
+	if *kc.EnableControllerAttachDetach {
+		ownNode, nodeInformers = watchOwnNode(client, cfg.nodeName)
+	}
 	volumes, err = volume.NewManager(volume.Config{
 		RootDir:     cfg.rootDir,
 		Client:      client,
@@ -199,6 +210,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		NodeName:    types.NodeName(cfg.nodeName),
 		Allocatable: nodeCtrl.Allocatable,
 		CSIDrivers:  csiNode.registry,
+		Node:        ownNode,
+		Recorder:    recorder,
 	})
 	if err != nil {
 		return err
@@ -409,7 +422,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	g.Go(func() error { return staticPods.Run(gctx) })
 	g.Go(func() error { return mirrors.Run(gctx) })
 	g.Go(func() error { return csiNode.Run(gctx) })
-	g.Go(func() error { return volumes.RunExpansion(gctx, recorder) })
+	g.Go(func() error { return volumes.RunExpansion(gctx) })
 	g.Go(func() error { return objects.Run(gctx) })
 	if podNetwork != nil {
 		g.Go(func() error { return podNetwork(gctx) })
@@ -420,7 +433,26 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		envInformers.Shutdown()
 		return nil
 	})
+	if nodeInformers != nil {
+		g.Go(func() error {
+			nodeInformers.Start(gctx.Done())
+			<-gctx.Done()
+			nodeInformers.Shutdown()
+			return nil
+		})
+	}
 	return g.Wait()
+}
+
+// watchOwnNode returns a reader of this node's Node fed by a watch of that
+// one object, as the kubelet watches its own Node, and the factory to
+// start. The reader fails with NotFound until the watch has the Node.
+func watchOwnNode(client kubernetes.Interface, nodeName string) (func() (*v1.Node, error), informers.SharedInformerFactory) {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector(metav1.ObjectNameField, nodeName).String()
+	}))
+	lister := factory.Core().V1().Nodes().Lister()
+	return func() (*v1.Node, error) { return lister.Get(nodeName) }, factory
 }
 
 // newClientset builds the apiserver client from the agent's identity

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -23,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
 	"github.com/nodeagent/nodeagent/pkg/poddir"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
@@ -86,7 +84,11 @@ type csiPlugin struct {
 	layout     poddir.Layout
 	mounter    mounter
 
-	// expand grows the published volumes of claims whose size grew.
+	// node reads this node's Node from a watch (Config.Node); nil when the
+	// attach/detach controller does not manage the node's attachments.
+	node func() (*v1.Node, error)
+	// expand grows the volumes of claims whose size grew: published ones
+	// (online) and, at their publish, the others (offline).
 	expand *expander
 
 	mu      sync.Mutex
@@ -318,12 +320,6 @@ func (p *csiPlugin) policy(ctx context.Context, driver string) (driverPolicy, er
 	return pol, nil
 }
 
-// attachmentName is the VolumeAttachment the attach/detach controller
-// makes for a volume on a node.
-func attachmentName(handle, driver, node string) string {
-	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
-}
-
 // The kubelet's places for raw block volumes, by PV name:
 // volumeDevices/staging/<pv> (NodeStage), volumeDevices/publish/<pv>/<pod
 // UID> (the device NodePublish makes) and volumeDevices/<pv>/data (the
@@ -338,229 +334,6 @@ func (p *csiPlugin) blockDir(elem ...string) string {
 func (p *csiPlugin) stagingDir(driver, handle string) string {
 	return filepath.Join(p.layout.Root(), "plugins", csiPluginName, poddir.EscapePluginName(driver),
 		fmt.Sprintf("%x", sha256.Sum256([]byte(handle))))
-}
-
-func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error) {
-	// A volume this run published and that is still mounted needs nothing,
-	// not even a read of its claim, unless its driver wants republishing.
-	if v, ok := p.lookup(req.pod.UID, req.vol.Name); ok && !v.republish {
-		mps, err := p.mounter.mountPoints()
-		if err != nil {
-			return Mount{}, err
-		}
-		if _, ok := findMount(mps, v.target); ok {
-			return v.mount, nil
-		}
-	}
-	cv, err := p.resolve(ctx, req.pod, req.vol)
-	if err != nil {
-		return Mount{}, err
-	}
-	pol, err := p.policy(ctx, cv.driver)
-	if err != nil {
-		return Mount{}, err
-	}
-	mode := storagev1.VolumeLifecyclePersistent
-	if cv.ephemeral {
-		mode = storagev1.VolumeLifecycleEphemeral
-	}
-	if !slices.Contains(pol.modes, mode) {
-		return Mount{}, fmt.Errorf("volume mode %q not supported by driver %s (only supports %q)", mode, cv.driver, pol.modes)
-	}
-	driver, err := p.drivers.Driver(cv.driver)
-	if err != nil {
-		return Mount{}, err
-	}
-	dir := filepath.Join(filepath.Dir(req.dir), cv.dirName)
-	target := filepath.Join(dir, "mount")
-	if cv.block {
-		target = p.blockDir("publish", cv.dirName, string(req.pod.UID))
-	}
-	mnt := Mount{HostPath: target, ReadOnly: cv.readOnly, Managed: true, Plugin: csiPluginName, Block: cv.block}
-
-	unlock := p.lockVolume(cv.driver, cv.handle)
-	defer unlock()
-	mps, err := p.mounter.mountPoints()
-	if err != nil {
-		return Mount{}, err
-	}
-	staging := ""
-	if driver.StageUnstage && !cv.ephemeral {
-		staging = filepath.Join(p.stagingDir(cv.driver, cv.handle), "globalmount")
-		if cv.block {
-			staging = p.blockDir("staging", cv.dirName)
-		}
-	}
-	capability := &csipb.VolumeCapability{
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: cv.fsType, MountFlags: cv.mountOptions}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: cv.accessMode},
-	}
-	if cv.block {
-		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
-	} else if driver.VolumeMountGroup && req.fsGroup != nil {
-		capability.GetMount().VolumeMountGroup = strconv.FormatInt(*req.fsGroup, 10)
-	}
-	record := publishedVolume{driver: cv.driver, handle: cv.handle, target: target, staging: staging, dirName: cv.dirName,
-		mount: mnt, republish: pol.requiresRepublish,
-		pod:      podRef{namespace: req.pod.Namespace, name: req.pod.Name, uid: req.pod.UID},
-		readOnly: cv.readOnly, block: cv.block, capability: capability, expandSecret: cv.expandSecret}
-	if cv.pvc != nil {
-		record.claim = types.NamespacedName{Namespace: cv.pvc.Namespace, Name: cv.pvc.Name}
-	}
-	if _, ok := findMount(mps, target); ok && !pol.requiresRepublish {
-		p.remember(req.pod.UID, req.vol.Name, record)
-		p.expand.observe(cv.pvc, cv.pv)
-		return mnt, nil // published by an earlier pass
-	}
-
-	attachID := ""
-	if pol.attachRequired && !cv.ephemeral {
-		attachID = attachmentName(cv.handle, cv.driver, p.nodeName)
-	}
-	// The volume is recorded before anything is asked of anyone: from now
-	// on the Node reports it in use (volumesInUse, read from these records)
-	// so it is never detached under a mount, and a pass cut short leaves
-	// enough for the teardown to undo what the driver may have done. The
-	// driver creates the target itself; the kubelet makes its parent.
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return Mount{}, fmt.Errorf("create volume directory: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
-		return Mount{}, fmt.Errorf("create volume directory: %w", err)
-	}
-	data := volData{SpecVolID: cv.dirName, VolumeHandle: cv.handle, DriverName: cv.driver, NodeName: p.nodeName,
-		AttachmentID: attachID, VolumeLifecycleMode: string(mode), Block: cv.block}
-	if err := writeVolData(dir, data); err != nil {
-		return Mount{}, err
-	}
-	if staging != "" {
-		gdir := p.stagingDir(cv.driver, cv.handle)
-		if cv.block {
-			gdir = p.blockDir(cv.dirName, "data")
-		}
-		if err := os.MkdirAll(gdir, 0o750); err != nil {
-			return Mount{}, fmt.Errorf("create volume directory: %w", err)
-		}
-		if err := os.MkdirAll(staging, 0o750); err != nil {
-			return Mount{}, fmt.Errorf("create staging directory: %w", err)
-		}
-		if err := writeVolData(gdir, volData{VolumeHandle: cv.handle, DriverName: cv.driver, AttachmentID: attachID}); err != nil {
-			return Mount{}, err
-		}
-	}
-	var publishContext map[string]string
-	if attachID != "" {
-		if publishContext, err = p.waitAttached(ctx, attachID, cv); err != nil {
-			return Mount{}, err
-		}
-	}
-
-	if staging != "" {
-		if err := p.stage(ctx, driver, cv, staging, publishContext, capability); err != nil {
-			return Mount{}, err
-		}
-	}
-
-	volCtx := map[string]string{}
-	for k, v := range cv.attributes {
-		volCtx[k] = v
-	}
-	if pol.podInfoOnMount {
-		volCtx[ctxPodName] = req.pod.Name
-		volCtx[ctxPodNamespace] = req.pod.Namespace
-		volCtx[ctxPodUID] = string(req.pod.UID)
-		volCtx[ctxServiceAccount] = req.pod.Spec.ServiceAccountName
-		volCtx[ctxEphemeral] = fmt.Sprint(cv.ephemeral)
-	}
-	secrets, err := p.secrets(ctx, cv.publishRef)
-	if err != nil {
-		return Mount{}, err
-	}
-	if len(pol.tokenRequests) > 0 {
-		tokens, err := p.serviceAccountTokens(ctx, req.pod, pol.tokenRequests)
-		if err != nil {
-			return Mount{}, err
-		}
-		if pol.tokensInSecrets {
-			if secrets == nil {
-				secrets = map[string]string{}
-			}
-			secrets[ctxTokens] = tokens
-		} else {
-			volCtx[ctxTokens] = tokens
-		}
-	}
-	cctx, cancel := nodeCallContext(ctx)
-	_, err = driver.Node().NodePublishVolume(cctx, &csipb.NodePublishVolumeRequest{
-		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging, TargetPath: target,
-		VolumeCapability: capability, Readonly: cv.readOnly, Secrets: secrets, VolumeContext: volCtx,
-	})
-	cancel()
-	if err != nil {
-		return Mount{}, err
-	}
-	// A driver with VOLUME_MOUNT_GROUP got the fsGroup in the request and
-	// owns its application.
-	if !cv.block && !driver.VolumeMountGroup && fsGroupApplies(pol.fsGroupPolicy, cv) {
-		if err := planFSGroup(req.fsGroup, req.fsGroupPolicy, cv.readOnly).apply(target); err != nil {
-			return Mount{}, fmt.Errorf("apply fsGroup: %w", err)
-		}
-	}
-	p.remember(req.pod.UID, req.vol.Name, record)
-	p.expand.observe(cv.pvc, cv.pv)
-	klog.FromContext(ctx).V(2).Info("CSI volume published", "volume", req.vol.Name, "driver", cv.driver,
-		"handle", cv.handle, "staged", staging != "", "target", target)
-	return mnt, nil
-}
-
-// stage calls NodeStageVolume unless this run already did for the volume.
-func (p *csiPlugin) stage(ctx context.Context, driver *csi.Driver, cv *csiVolume, staging string,
-	publishContext map[string]string, capability *csipb.VolumeCapability) error {
-	p.mu.Lock()
-	done := p.staged[staging]
-	p.mu.Unlock()
-	if done {
-		return nil
-	}
-	secrets, err := p.secrets(ctx, cv.stageSecret)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := nodeCallContext(ctx)
-	defer cancel()
-	if _, err := driver.Node().NodeStageVolume(cctx, &csipb.NodeStageVolumeRequest{
-		VolumeId: cv.handle, PublishContext: publishContext, StagingTargetPath: staging,
-		VolumeCapability: capability, Secrets: secrets, VolumeContext: cv.attributes,
-	}); err != nil {
-		// After a final error the driver surely did not stage the volume:
-		// the staging directory goes, so that a teardown before the next
-		// try has nothing to unstage. After any other error the volume may
-		// be staged, and the teardown unstages it.
-		if finalError(err) {
-			_ = os.Remove(staging)
-		}
-		return fmt.Errorf("MountDevice (NodeStageVolume): %w", err)
-	}
-	p.mu.Lock()
-	p.staged[staging] = true
-	p.mu.Unlock()
-	return nil
-}
-
-// finalError says a failed driver call surely ended without effect.
-// Cancellation, a timeout, an unreachable or exhausted driver and Aborted
-// (an operation still pending) leave it uncertain, and so does an error
-// that carries no gRPC status: it came before the call reached the driver.
-func finalError(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok {
-		return false
-	}
-	switch st.Code() {
-	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
-		return false
-	}
-	return true
 }
 
 // serviceAccountTokens requests the tokens a CSIDriver asks for, bound to
@@ -658,61 +431,6 @@ func fsGroupApplies(policy storagev1.FSGroupPolicy, cv *csiVolume) bool {
 	default:
 		return false
 	}
-}
-
-// errAttachPending is the error of an attachment not made or not done yet.
-var errAttachPending = errors.New("not attached yet")
-
-// waitAttached returns the publish context of the volume's attachment once
-// the attach/detach controller and the driver's attacher report it
-// attached. It waits in the pass, reading the attachment with a growing
-// pause (0.5 s to 5 s), for up to attachWait, as the kubelet waits for an
-// attachment before it mounts: no event while it waits, one failure when
-// the wait ends, and then the pass's own back-off. An attachment that
-// failed ends the wait at once.
-func (p *csiPlugin) waitAttached(ctx context.Context, name string, cv *csiVolume) (map[string]string, error) {
-	deadline := time.Now().Add(p.attachWait)
-	pause := 500 * time.Millisecond
-	for {
-		meta, err := p.attachment(ctx, name, cv)
-		if !errors.Is(err, errAttachPending) || !time.Now().Add(pause).Before(deadline) {
-			return meta, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(pause):
-		}
-		pause = min(pause*3/2, 5*time.Second)
-	}
-}
-
-// attachment reads the volume's attachment once.
-func (p *csiPlugin) attachment(ctx context.Context, name string, cv *csiVolume) (map[string]string, error) {
-	va, err := p.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
-	// The Node authorizer lets a node read only the attachments that name it: one not
-	// made yet is forbidden, not missing. (The kubelet never asks that early: it waits
-	// for the volume in node.status.volumesAttached first.)
-	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-		return nil, fmt.Errorf("volume %s (driver %s) is %w: VolumeAttachment %s does not exist", cv.handle, cv.driver, errAttachPending, name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get VolumeAttachment %s: %w", name, err)
-	}
-	// The attach/detach controller deletes an attachment to detach it; until the
-	// driver's attacher has let it go, status.attached may still say true. The kubelet
-	// is kept from using it by node.status.volumesAttached, which the controller
-	// clears before it detaches.
-	if va.DeletionTimestamp != nil {
-		return nil, fmt.Errorf("volume %s (driver %s) is being detached: VolumeAttachment %s is being deleted", cv.handle, cv.driver, name)
-	}
-	if !va.Status.Attached {
-		if e := va.Status.AttachError; e != nil {
-			return nil, fmt.Errorf("volume attachment %s failed: %s", name, e.Message)
-		}
-		return nil, fmt.Errorf("volume %s (driver %s) is %w: VolumeAttachment %s is being attached", cv.handle, cv.driver, errAttachPending, name)
-	}
-	return va.Status.AttachmentMetadata, nil
 }
 
 // secrets reads a secret a driver needs for a call.
@@ -869,7 +587,7 @@ func (p *csiPlugin) inUse() []v1.UniqueVolumeName {
 			if err != nil || d.AttachmentID == "" {
 				continue
 			}
-			name := v1.UniqueVolumeName(csiPluginName + "/" + d.DriverName + "^" + d.VolumeHandle)
+			name := uniqueVolumeName(d.DriverName, d.VolumeHandle)
 			if !seen[name] {
 				seen[name] = true
 				out = append(out, name)

@@ -21,9 +21,10 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 )
 
-// Event reasons of online expansion, the kubelet's.
+// Event reasons of expansion on the node, the kubelet's.
 const (
 	eventFileSystemResizeSuccess = "FileSystemResizeSuccessful"
+	eventFileSystemResizeFailed  = "FileSystemResizeFailed"
 	eventVolumeResizeFailed      = "VolumeResizeFailed"
 )
 
@@ -44,16 +45,25 @@ type Recorder interface {
 	Eventf(object kruntime.Object, eventtype, reason, messageFmt string, args ...interface{})
 }
 
+// noRecorder drops events: the Recorder of a Manager configured without one.
+type noRecorder struct{}
+
+func (noRecorder) Eventf(kruntime.Object, string, string, string, ...interface{}) {}
+
 // expander grows published CSI volumes of claims whose size grew (online
 // expansion). It reads each claim once a period (one GET per claim, not
 // per pod), its PV only when the claim changed, and for each volume whose
 // plan says so calls NodeExpandVolume in a goroutine of its own, so a slow
 // driver holds up no other volume and no pod. The pod's sync pass hands
 // it the claim and PV it read anyway when it publishes, so a volume is
-// looked at without a read of its own as soon as it is published.
+// looked at without a read of its own as soon as it is published. A
+// volume whose claim grew while it was not published is grown by the
+// pass that publishes it (atMount), with the same plan, the same steps
+// and the same record of the volume.
 type expander struct {
 	plugin *csiPlugin
 	client kubernetes.Interface
+	rec    Recorder
 	clock  clock.Clock
 	period time.Duration
 
@@ -83,11 +93,11 @@ type expandState struct {
 	backoff time.Duration
 }
 
-func newExpander(plugin *csiPlugin, client kubernetes.Interface, clk clock.Clock, period time.Duration) *expander {
+func newExpander(plugin *csiPlugin, client kubernetes.Interface, rec Recorder, clk clock.Clock, period time.Duration) *expander {
 	if period <= 0 {
 		period = DefaultClaimCheckPeriod
 	}
-	return &expander{plugin: plugin, client: client, clock: clk, period: period,
+	return &expander{plugin: plugin, client: client, rec: rec, clock: clk, period: period,
 		vols: map[string]*expandState{}, hints: map[types.NamespacedName]claimHint{}, wake: make(chan struct{}, 1)}
 }
 
@@ -108,10 +118,10 @@ func (e *expander) observe(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolum
 
 // run looks at the volumes at every hint, every period and when a retry
 // is due, until ctx ends; it waits for the expansions it started.
-func (e *expander) run(ctx context.Context, rec Recorder) error {
+func (e *expander) run(ctx context.Context) error {
 	defer e.wg.Wait()
 	for {
-		next := e.pass(ctx, rec)
+		next := e.pass(ctx)
 		timer := e.clock.NewTimer(next)
 		select {
 		case <-ctx.Done():
@@ -165,7 +175,7 @@ func (e *expander) targets() []expandTarget {
 // pass looks at every published volume of a claim whose look is due and
 // starts the expansions its plan asks for. It returns how long until the
 // next look is due.
-func (e *expander) pass(ctx context.Context, rec Recorder) time.Duration {
+func (e *expander) pass(ctx context.Context) time.Duration {
 	now := e.clock.Now()
 	targets := e.targets()
 	e.mu.Lock()
@@ -186,11 +196,7 @@ func (e *expander) pass(ctx context.Context, rec Recorder) time.Duration {
 	claims := map[types.NamespacedName]*v1.PersistentVolumeClaim{}
 	for _, t := range targets {
 		e.mu.Lock()
-		st, ok := e.vols[t.key]
-		if !ok {
-			st = &expandState{}
-			e.vols[t.key] = st
-		}
+		st := e.state(t.key)
 		running, checked, retryAt := st.running, st.checked, st.retryAt
 		e.mu.Unlock()
 		if running {
@@ -254,10 +260,21 @@ func (e *expander) pass(ctx context.Context, rec Recorder) time.Duration {
 		}
 		e.mu.Unlock()
 		if plan.action == expandRun {
-			e.wg.Go(func() { e.expand(ctx, rec, t, st, pvc, plan) })
+			e.wg.Go(func() { e.expand(ctx, t, st, pvc, plan) })
 		}
 	}
 	return max(next, time.Millisecond)
+}
+
+// state is the record of the volume key, made on first sight. The caller
+// holds e.mu.
+func (e *expander) state(key string) *expandState {
+	st, ok := e.vols[key]
+	if !ok {
+		st = &expandState{}
+		e.vols[key] = st
+	}
+	return st
 }
 
 // claim reads a claim once per pass.
@@ -273,56 +290,84 @@ func (e *expander) claim(ctx context.Context, name types.NamespacedName, cache m
 	return pvc, nil
 }
 
-// expand carries out one plan: the claim marked in progress, the driver
-// called, the verdict written to the claim, the events, the back-off.
-func (e *expander) expand(ctx context.Context, rec Recorder, t expandTarget, st *expandState, pvc *v1.PersistentVolumeClaim, plan expandPlan) {
-	log := klog.FromContext(ctx).WithValues("pod", klog.KRef(t.pod.namespace, t.pod.name), "volume", t.dirName, "claim", t.claim)
-	podObj := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: t.pod.namespace, Name: t.pod.name, UID: t.pod.uid}
-	var verdict expandVerdict
-	err := func() error {
-		if plan.markInProgress {
-			updated, err := e.patchClaimStatus(ctx, pvc, true, claimInProgress(pvc))
-			if err != nil {
-				return fmt.Errorf("MountVolume.NodeExpandVolume failed to mark node expansion in progress: %w", err)
-			}
-			pvc = updated
-		}
-		callErr := e.callDriver(ctx, t, plan.newSize)
-		verdict = judgeExpansion(plan, callErr)
-		if verdict.markClaim {
-			// The claim's resourceVersion is not checked here: the failure
-			// is written whatever changed meanwhile, as the kubelet does.
-			if updated, err := e.patchClaimStatus(ctx, pvc, false, claimFailed(pvc, callErr, verdict.infeasible)); err != nil {
-				log.Error(err, "MountVolume.NodeExpandVolume failed to mark node expansion as failed")
-			} else {
-				pvc = updated
-			}
-		}
-		if callErr != nil && !verdict.done {
-			if verdict.inUse {
-				log.Error(callErr, "NodeExpandVolume refused while the volume is in use; not retried on this node")
-				return nil
-			}
-			return callErr
-		}
-		if callErr != nil {
-			log.V(4).Info("NodeExpandVolume not done by the driver; the volume is taken as grown", "err", callErr)
-			return nil
-		}
-		msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", t.dirName, e.plugin.nodeName)
-		rec.Eventf(podObj, v1.EventTypeNormal, eventFileSystemResizeSuccess, "%s", msg)
-		rec.Eventf(pvc, v1.EventTypeNormal, eventFileSystemResizeSuccess, "%s", msg)
-		log.Info("Volume expanded on the node", "oldSize", plan.oldSize.String(), "newSize", plan.newSize.String())
-		if plan.finishClaim {
-			if _, err := e.patchClaimStatus(ctx, pvc, true, claimFinished(pvc, plan.newSize)); err != nil {
-				return fmt.Errorf("mountVolume.NodeExpandVolume update pvc status failed: %w", err)
-			}
-		}
-		return nil
-	}()
-
+// expand carries out one plan for a published volume, in its own
+// goroutine: a failure gets the kubelet's VolumeResizeFailed event and a
+// retry after a back-off.
+func (e *expander) expand(ctx context.Context, t expandTarget, st *expandState, pvc *v1.PersistentVolumeClaim, plan expandPlan) {
+	verdict, err := e.grow(ctx, t, pvc, plan)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	st.settle(plan, verdict)
+	if err == nil {
+		st.backoff = 0
+		return
+	}
+	e.rec.Eventf(t.pod.object(), v1.EventTypeWarning, eventVolumeResizeFailed, "NodeExpandVolume.NodeExpandVolume failed for volume %q : %v", t.dirName, err)
+	klog.FromContext(ctx).Error(err, "NodeExpandVolume failed, will retry", "pod", klog.KRef(t.pod.namespace, t.pod.name),
+		"volume", t.dirName, "claim", t.claim)
+	st.backoff = min(max(st.backoff*2, expandInitialBackoff), expandMaxBackoff)
+	st.retryAt = e.clock.Now().Add(st.backoff)
+	// Wake the loop so that it sets its timer for the retry.
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// grow carries out one plan, online or at a publish alike: the claim
+// marked in progress, the driver called, the verdict written to the
+// claim, the success events on the pod and the claim. It returns the
+// verdict and the error that makes the try a failure to retry; nil when
+// the volume is done with, grown or not (a driver that cannot grow it in
+// use, or that lacks the capability where that counts as done).
+func (e *expander) grow(ctx context.Context, t expandTarget, pvc *v1.PersistentVolumeClaim, plan expandPlan) (expandVerdict, error) {
+	log := klog.FromContext(ctx).WithValues("pod", klog.KRef(t.pod.namespace, t.pod.name), "volume", t.dirName, "claim", t.claim)
+	var verdict expandVerdict
+	if plan.markInProgress {
+		updated, err := e.patchClaimStatus(ctx, pvc, true, claimInProgress(pvc))
+		if err != nil {
+			return verdict, fmt.Errorf("MountVolume.NodeExpandVolume failed to mark node expansion in progress: %w", err)
+		}
+		pvc = updated
+	}
+	callErr := e.callDriver(ctx, t, plan.newSize)
+	verdict = judgeExpansion(plan, callErr)
+	if verdict.markClaim {
+		// The claim's resourceVersion is not checked here: the failure
+		// is written whatever changed meanwhile, as the kubelet does.
+		if updated, err := e.patchClaimStatus(ctx, pvc, false, claimFailed(pvc, callErr, verdict.infeasible)); err != nil {
+			log.Error(err, "MountVolume.NodeExpandVolume failed to mark node expansion as failed")
+		} else {
+			pvc = updated
+		}
+	}
+	if callErr != nil && !verdict.done {
+		if verdict.inUse {
+			log.Error(callErr, "NodeExpandVolume refused while the volume is in use; not retried on this node")
+			return verdict, nil
+		}
+		return verdict, callErr
+	}
+	if callErr != nil {
+		log.V(4).Info("NodeExpandVolume not done by the driver; the volume is taken as grown", "err", callErr)
+		return verdict, nil
+	}
+	msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", t.dirName, e.plugin.nodeName)
+	e.rec.Eventf(t.pod.object(), v1.EventTypeNormal, eventFileSystemResizeSuccess, "%s", msg)
+	e.rec.Eventf(pvc, v1.EventTypeNormal, eventFileSystemResizeSuccess, "%s", msg)
+	log.Info("Volume expanded on the node", "oldSize", plan.oldSize.String(), "newSize", plan.newSize.String())
+	if plan.finishClaim {
+		if _, err := e.patchClaimStatus(ctx, pvc, true, claimFinished(pvc, plan.newSize)); err != nil {
+			return verdict, fmt.Errorf("mountVolume.NodeExpandVolume update pvc status failed: %w", err)
+		}
+	}
+	return verdict, nil
+}
+
+// settle records what came of a try in the volume's record: it is no
+// longer running, and what the node now knows of it. The caller holds
+// the expander's lock.
+func (st *expandState) settle(plan expandPlan, verdict expandVerdict) {
 	st.running = false
 	if verdict.done {
 		st.known.size = plan.newSize
@@ -334,19 +379,11 @@ func (e *expander) expand(ctx context.Context, rec Recorder, t expandTarget, st 
 	if verdict.final && !verdict.done {
 		st.known.failedFinal = true
 	}
-	if err == nil {
-		st.backoff = 0
-		return
-	}
-	rec.Eventf(podObj, v1.EventTypeWarning, eventVolumeResizeFailed, "NodeExpandVolume.NodeExpandVolume failed for volume %q : %v", t.dirName, err)
-	log.Error(err, "NodeExpandVolume failed, will retry")
-	st.backoff = min(max(st.backoff*2, expandInitialBackoff), expandMaxBackoff)
-	st.retryAt = e.clock.Now().Add(st.backoff)
-	// Wake the loop so that it sets its timer for the retry.
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
+}
+
+// object is the pod as events name it.
+func (r podRef) object() *v1.ObjectReference {
+	return &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.namespace, Name: r.name, UID: r.uid}
 }
 
 // callDriver calls NodeExpandVolume for the volume as it is published, or

@@ -10,12 +10,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// Online expansion decides in two pure steps, as the kubelet's volume
-// manager does for a mounted volume of a claim: planExpansion says from the
-// claim, its PV and what this node knows of the volume whether the driver
-// is to be asked to grow it (NodeExpandVolume) and what is written to the
-// claim around the call; judgeExpansion says, from the call's answer, what
-// comes of it. The expander carries both out.
+// Expansion on the node decides in two pure steps, as the kubelet's
+// volume manager does for a volume of a claim, mounted (online) or being
+// mounted (offline): planExpansion says from the claim, its PV and what
+// this node knows of the volume whether the driver is to be asked to grow
+// it (NodeExpandVolume) and what is written to the claim around the call;
+// judgeExpansion says, from the call's answer, what comes of it. The
+// expander carries both out.
 
 // annNodeExpansionNotRequired on a claim says that a ReadWriteMany volume
 // already grown needs nothing from the other nodes that mount it.
@@ -75,8 +76,8 @@ type expandPlan struct {
 	doneIfUnsupported bool
 }
 
-// planExpansion decides for one published volume of a claim; readOnly is
-// the pod's (or the PV's) read-only flag.
+// planExpansion decides for one volume of a claim, published or being
+// published; readOnly is the pod's (or the PV's) read-only flag.
 func planExpansion(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, readOnly bool, known expandKnown) expandPlan {
 	// A volume the pod mounts read-only is not grown from this pod.
 	if readOnly || known.inUse {

@@ -84,22 +84,23 @@ func TestOnlineExpansion(t *testing.T) {
 	f, clk := expandFixture(t, true)
 	ctx := context.Background()
 	rec := record.NewFakeRecorder(20)
+	f.mgr.expand.rec = rec
 	e := f.mgr.expand
 
-	e.pass(ctx, rec)
+	e.pass(ctx)
 	e.wg.Wait()
 	if n := expandCalls(f); n != 0 {
 		t.Fatalf("NodeExpandVolume called %d times before any growth", n)
 	}
 	grow(t, f)
 	// Not yet due: the claim is read again only after the period.
-	e.pass(ctx, rec)
+	e.pass(ctx)
 	e.wg.Wait()
 	if n := expandCalls(f); n != 0 {
 		t.Fatalf("claim read before its period: %d calls", n)
 	}
 	clk.Step(DefaultClaimCheckPeriod)
-	e.pass(ctx, rec)
+	e.pass(ctx)
 	e.wg.Wait()
 	if n := expandCalls(f); n != 1 {
 		t.Fatalf("NodeExpandVolume called %d times, want 1", n)
@@ -120,7 +121,7 @@ func TestOnlineExpansion(t *testing.T) {
 	}
 	// Done: later looks ask nothing more.
 	clk.Step(DefaultClaimCheckPeriod)
-	e.pass(ctx, rec)
+	e.pass(ctx)
 	e.wg.Wait()
 	if n := expandCalls(f); n != 1 {
 		t.Errorf("NodeExpandVolume called again: %d", n)
@@ -135,11 +136,12 @@ func TestOnlineExpansionFailureRetried(t *testing.T) {
 	f.driver.ExpandErrs = append(f.driver.ExpandErrs, status.Error(codes.Internal, "disk on fire"))
 	ctx := context.Background()
 	rec := record.NewFakeRecorder(20)
+	f.mgr.expand.rec = rec
 	e := f.mgr.expand
-	e.pass(ctx, rec) // the pass's own reads: sizes agree
+	e.pass(ctx) // the pass's own reads: sizes agree
 	grow(t, f)
 	clk.Step(DefaultClaimCheckPeriod)
-	e.pass(ctx, rec)
+	e.pass(ctx)
 	e.wg.Wait()
 	events := drain(rec)
 	if len(events) != 1 || !strings.Contains(events[0], "Warning VolumeResizeFailed NodeExpandVolume.NodeExpandVolume failed for volume \"pv-1\" : Expander.NodeExpand failed to expand the volume : rpc error: code = Internal desc = disk on fire") {
@@ -151,7 +153,7 @@ func TestOnlineExpansionFailureRetried(t *testing.T) {
 		t.Errorf("claim status after failure = %+v", pvc.Status)
 	}
 	// Before the back-off nothing is tried; after it, the retry succeeds.
-	if next := e.pass(ctx, rec); next > expandInitialBackoff {
+	if next := e.pass(ctx); next > expandInitialBackoff {
 		t.Errorf("next look in %v, want within the back-off", next)
 	}
 	e.wg.Wait()
@@ -159,7 +161,7 @@ func TestOnlineExpansionFailureRetried(t *testing.T) {
 		t.Fatalf("retried before the back-off: %d calls", n)
 	}
 	clk.Step(expandInitialBackoff)
-	e.pass(ctx, rec)
+	e.pass(ctx)
 	e.wg.Wait()
 	if n := expandCalls(f); n != 2 {
 		t.Fatalf("NodeExpandVolume called %d times, want 2", n)
@@ -177,10 +179,11 @@ func TestOnlineExpansionWithoutCapability(t *testing.T) {
 	f, clk := expandFixture(t, false)
 	ctx := context.Background()
 	rec := record.NewFakeRecorder(20)
-	f.mgr.expand.pass(ctx, rec)
+	f.mgr.expand.rec = rec
+	f.mgr.expand.pass(ctx)
 	grow(t, f)
 	clk.Step(DefaultClaimCheckPeriod)
-	f.mgr.expand.pass(ctx, rec)
+	f.mgr.expand.pass(ctx)
 	f.mgr.expand.wg.Wait()
 	if n := expandCalls(f); n != 0 {
 		t.Fatalf("driver without the capability called %d times", n)
@@ -197,15 +200,23 @@ func TestExpansionHintFromThePass(t *testing.T) {
 	f, clk := expandFixture(t, true)
 	ctx := context.Background()
 	rec := record.NewFakeRecorder(20)
-	f.mgr.expand.pass(ctx, rec) // first look: sizes agree
+	f.mgr.expand.rec = rec
+	f.mgr.expand.pass(ctx) // first look: sizes agree
 	grow(t, f)
-	// A second pod of the claim is published: its pass read both anew.
-	if _, err := f.mgr.MountPod(ctx, claimPod("uid-2", "claim")); err != nil {
+	// A second pod of the claim is published: its pass read both anew. It
+	// mounts the claim read-only, so its publish does not grow the volume
+	// (a writable one would, as at any publish: TestExpansionAtMount).
+	second := claimPod("uid-2", "claim")
+	second.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = true
+	if _, err := f.mgr.MountPod(ctx, second); err != nil {
 		t.Fatal(err)
+	}
+	if n := expandCalls(f); n != 0 {
+		t.Fatalf("the read-only publish grew the volume: %d calls", n)
 	}
 	f.client.ClearActions()
 	_ = clk
-	f.mgr.expand.pass(ctx, rec)
+	f.mgr.expand.pass(ctx)
 	f.mgr.expand.wg.Wait()
 	if n := expandCalls(f); n != 1 {
 		t.Fatalf("NodeExpandVolume called %d times, want 1", n)

@@ -63,6 +63,17 @@ type Config struct {
 	// published CSI volumes to learn that one grew. Defaults to
 	// DefaultClaimCheckPeriod.
 	ClaimCheckPeriod time.Duration
+	// Node returns this node's Node as a watch-fed cache holds it (an
+	// informer's lister), or an error while it has none. Set it when the
+	// attach/detach controller manages the node's attachments
+	// (enableControllerAttachDetach, the default): a CSI volume that
+	// needs attaching is then staged only once the Node's status lists it
+	// in use and attached, as the kubelet does. Without it only the
+	// VolumeAttachment is waited for.
+	Node func() (*v1.Node, error)
+	// Recorder records the events of volume expansion, on the pod and the
+	// claim. Defaults to none: the events are dropped.
+	Recorder Recorder
 
 	// mounter replaces the kernel in tests.
 	mounter mounter
@@ -139,13 +150,17 @@ func NewManager(cfg Config) (*Manager, error) {
 			newProjectedPlugin(&projectedPayload{objects: objects, tokens: tokens, podCerts: certs, allocatable: cfg.Allocatable}, cfg.mounter),
 		},
 	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = noRecorder{}
+	}
 	if cfg.CSIDrivers != nil {
 		csiP := newCSIPlugin(cfg.Client, tokens, cfg.CSIDrivers, string(cfg.NodeName), m.layout, cfg.mounter)
+		csiP.node = cfg.Node
 		if cfg.Client != nil {
 			if cfg.expandClock == nil {
 				cfg.expandClock = clock.RealClock{}
 			}
-			m.expand = newExpander(csiP, cfg.Client, cfg.expandClock, cfg.ClaimCheckPeriod)
+			m.expand = newExpander(csiP, cfg.Client, cfg.Recorder, cfg.expandClock, cfg.ClaimCheckPeriod)
 			csiP.expand = m.expand
 		}
 		m.plugins = append(m.plugins, csiP)
@@ -154,14 +169,16 @@ func NewManager(cfg Config) (*Manager, error) {
 }
 
 // RunExpansion grows the published CSI volumes of claims whose size grew
-// (online expansion, NodeExpandVolume), recording its events with rec,
-// until ctx ends. Without CSI drivers or an API client it only waits.
-func (m *Manager) RunExpansion(ctx context.Context, rec Recorder) error {
-	if m.expand == nil || rec == nil {
+// (online expansion, NodeExpandVolume), recording its events with the
+// Recorder, until ctx ends. Without CSI drivers or an API client it only
+// waits. (Volumes whose claim grew while no pod used them are grown as
+// they are published, by MountPod.)
+func (m *Manager) RunExpansion(ctx context.Context) error {
+	if m.expand == nil {
 		<-ctx.Done()
 		return nil
 	}
-	return m.expand.run(ctx, rec)
+	return m.expand.run(ctx)
 }
 
 func (m *Manager) lockPod(uid types.UID) func() {
@@ -309,10 +326,41 @@ type MountError struct {
 	Err    error
 }
 
-// Error reads like the kubelet's FailedMount message.
+// Error reads like the kubelet's FailedMount message: the failed step's
+// own words when the plugin gave them (a step other than the driver's
+// NodePublishVolume), MountVolume.SetUp's otherwise.
 func (e *MountError) Error() string {
+	if se, ok := e.Err.(*stepError); ok {
+		return se.Error()
+	}
 	return fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", e.Volume, e.Err)
 }
 
 // Unwrap returns the cause.
 func (e *MountError) Unwrap() error { return e.Err }
+
+// stepError is the failure of one step of a volume's setup, worded as the
+// kubelet words the failures of its volume operations: `<step> for volume
+// "<name>" : <cause>`, or `<step> for volume "<name>" ` (with its
+// trailing space) when the step says it all.
+type stepError struct {
+	step string
+	// volume is the kubelet's name of the volume: the PV's for a claim,
+	// the pod's volume's for an inline volume.
+	volume string
+	err    error // nil when the step says it all
+	// kind, when set, is a sentinel the error matches (errors.Is)
+	// without showing it.
+	kind error
+}
+
+func (e *stepError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("%s for volume %q ", e.step, e.volume)
+	}
+	return fmt.Sprintf("%s for volume %q : %v", e.step, e.volume, e.err)
+}
+
+func (e *stepError) Unwrap() error { return e.err }
+
+func (e *stepError) Is(target error) bool { return e.kind != nil && target == e.kind }
