@@ -64,9 +64,15 @@ func (p *emptyDirPlugin) setUp(_ context.Context, req *setUpRequest) (Mount, err
 		}
 	}
 	// The directory is world-writable like the kubelet's, so that any
-	// container user can use it.
-	if err := os.Chmod(req.dir, 0o777); err != nil {
-		return Mount{}, fmt.Errorf("chmod emptyDir: %w", err)
+	// container user can use it. Only its permission bits are set, and
+	// only when they differ: a tmpfs root comes sticky (1777), and keeps
+	// that, as on a kubelet node.
+	if fi, err := os.Stat(req.dir); err != nil {
+		return Mount{}, fmt.Errorf("emptyDir: %w", err)
+	} else if fi.Mode().Perm() != 0o777 {
+		if err := os.Chmod(req.dir, fi.Mode()&(os.ModeSetgid|os.ModeSetuid|os.ModeSticky)|0o777); err != nil {
+			return Mount{}, fmt.Errorf("chmod emptyDir: %w", err)
+		}
 	}
 	if err := planFSGroup(req.fsGroup, req.fsGroupPolicy, false).apply(req.dir); err != nil {
 		return Mount{}, fmt.Errorf("apply fsGroup: %w", err)

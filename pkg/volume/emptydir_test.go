@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,5 +139,35 @@ func TestEmptyDirFSGroup(t *testing.T) {
 	fi, _ := os.Stat(dir)
 	if gid, _ := fileGID(fi); gid != 2000 || fi.Mode()&os.ModeSetgid == 0 {
 		t.Errorf("gid=%d mode=%v, want 2000 with setgid", gid, fi.Mode())
+	}
+}
+
+// TestEmptyDirMemoryKeepsSticky: a memory-backed emptyDir on a real tmpfs keeps the tmpfs
+// root's sticky bit (1777), and with an fsGroup gains setgid beside it, as on a kubelet
+// node (the upstream "EmptyDir volumes when FSGroup is specified" specs read "dgtrwxrwxrwx").
+func TestEmptyDirMemoryKeepsSticky(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	for _, fsGroup := range []*int64{nil, ptr(int64(123))} {
+		dir := filepath.Join(t.TempDir(), "vol")
+		p := &emptyDirPlugin{mounter: kernelMounter{}, allocatableMemory: func() *resource.Quantity { q := mustQ("1Gi"); return &q }}
+		req := &setUpRequest{pod: basePod(), dir: dir, fsGroup: fsGroup,
+			vol: &v1.Volume{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}}}
+		if _, err := p.setUp(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := os.ModeDir | os.ModeSticky | 0o777
+		if fsGroup != nil {
+			want |= os.ModeSetgid
+		}
+		if fi.Mode() != want {
+			t.Errorf("fsGroup %v: mode %v, want %v", fsGroup, fi.Mode(), want)
+		}
 	}
 }
