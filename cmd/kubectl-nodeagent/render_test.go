@@ -99,6 +99,12 @@ func TestHTML(t *testing.T) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
+	// Every outcome's bar is drawn in a colour of its own.
+	for _, o := range []timeline.Outcome{timeline.Done, timeline.Failed, timeline.InProgress} {
+		if !strings.Contains(page, "."+string(o)+" div.bar { background: ") {
+			t.Errorf("the page has no colour for the bars of %s steps", o)
+		}
+	}
 	for _, external := range []string{"<script", "<link", "src=", "url(", "ZgotmplZ"} {
 		if strings.Contains(page, external) {
 			t.Errorf("the page holds %q: not self-contained or badly escaped", external)

@@ -133,6 +133,8 @@ func TestPodTimeline(t *testing.T) {
 	if !strings.Contains(string(html), "<td>startContainer:main</td>") {
 		t.Errorf("the HTML waterfall lacks the steps:\n%s", html)
 	}
+	// The page as people see it: drawn by a browser, its bars in colour.
+	framework.Screenshot(t, page)
 }
 
 // TestPodWhyImagePull: for a pod whose image does not exist, why names

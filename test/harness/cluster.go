@@ -25,10 +25,10 @@ func Up(ctx context.Context, cfg *Config) error {
 	if err := Down(ctx, cfg); err != nil {
 		return fmt.Errorf("clean up the previous run: %w", err)
 	}
-	// A fresh run dir, but the conformance results of earlier runs stay.
+	// A fresh run dir, but the conformance results and test artefacts of earlier runs stay.
 	entries, _ := os.ReadDir(cfg.RunDir)
 	for _, e := range entries {
-		if e.Name() != conformanceDir {
+		if e.Name() != conformanceDir && e.Name() != artefactsDir {
 			if err := os.RemoveAll(filepath.Join(cfg.RunDir, e.Name())); err != nil {
 				return err
 			}
@@ -161,7 +161,7 @@ func Down(ctx context.Context, cfg *Config) error {
 		entries = nil // never recurse into a file system still mounted under the run dir
 	}
 	for _, e := range entries {
-		if e.Name() != "logs" && e.Name() != conformanceDir {
+		if e.Name() != "logs" && e.Name() != conformanceDir && e.Name() != artefactsDir {
 			keep(os.RemoveAll(filepath.Join(cfg.RunDir, e.Name())))
 		}
 	}

@@ -334,5 +334,13 @@ const conformanceDir = "conformance"
 // ConformanceDir holds the results of conformance runs; Up and Down leave it in place.
 func (c *Config) ConformanceDir() string { return c.path(conformanceDir) }
 
+// artefactsDir is the run dir's entry that keeps what tests leave for people to look at
+// (screenshots, say) across runs, as the conformance results.
+const artefactsDir = "artefacts"
+
+// ArtefactsDir holds what tests leave for people to look at after the run; Up and Down
+// leave it in place.
+func (c *Config) ArtefactsDir() string { return c.path(artefactsDir) }
+
 // LogDir holds one log file per process.
 func (c *Config) LogDir() string { return c.path("logs") }

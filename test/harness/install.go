@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -27,6 +28,7 @@ var packages = map[string]string{
 	"pkg-config":                  "/usr/bin/pkg-config",
 }
 
+// aptMu keeps the harness's apt-get runs one at a time.
 var aptMu sync.Mutex
 
 // EnsurePackages installs whatever Debian package of the harness is missing: before the
@@ -38,21 +40,33 @@ func (c *Config) EnsurePackages(ctx context.Context) error {
 	return c.ensurePackages(ctx)
 }
 
-// ensurePackages installs with apt-get whatever package of the harness is missing. apt may
-// try to start services on install; with no systemd here it cannot, and the harness starts
-// every daemon itself.
+// EnsureExtraPackages installs what is missing of pkgs, Debian packages each by a file it
+// installs: packages that one test needs and that the harness does not install up front,
+// because they are big and only that test uses them (chromium, for a screenshot). c is
+// complete (Up and Complete make it so); tests running side by side may call it on their
+// cluster's Config, since it changes nothing of c.
+func (c *Config) EnsureExtraPackages(ctx context.Context, pkgs map[string]string) error {
+	return c.aptInstall(ctx, pkgs)
+}
+
+// ensurePackages installs whatever package of the harness is missing.
 func (c *Config) ensurePackages(ctx context.Context) error {
-	var missing []string
-	for pkg, file := range packages {
-		if _, err := os.Stat(file); err != nil {
-			missing = append(missing, pkg)
-		}
-	}
-	if len(missing) == 0 {
+	return c.aptInstall(ctx, packages)
+}
+
+// aptInstall installs with apt-get those of pkgs (package: a file it installs) whose file
+// is missing. apt may try to start services on install; with no systemd here it cannot,
+// and the harness starts every daemon itself.
+func (c *Config) aptInstall(ctx context.Context, pkgs map[string]string) error {
+	if len(missingPackages(pkgs)) == 0 {
 		return nil
 	}
 	aptMu.Lock()
 	defer aptMu.Unlock()
+	missing := missingPackages(pkgs) // again: another caller may have installed them meanwhile
+	if len(missing) == 0 {
+		return nil
+	}
 	c.Logf("installing %s", strings.Join(missing, " "))
 	if _, err := run(ctx, "apt-get", "update", "-qq"); err != nil {
 		return err
@@ -62,5 +76,20 @@ func (c *Config) ensurePackages(ctx context.Context) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("apt-get install %s: %w\n%s", strings.Join(missing, " "), err, tail(out, 3000))
 	}
+	if still := missingPackages(pkgs); len(still) > 0 {
+		return fmt.Errorf("apt-get install %s: the files of %s are still missing", strings.Join(missing, " "), strings.Join(still, " "))
+	}
 	return nil
+}
+
+// missingPackages are those of pkgs whose file is not there, sorted.
+func missingPackages(pkgs map[string]string) []string {
+	var missing []string
+	for pkg, file := range pkgs {
+		if _, err := os.Stat(file); err != nil {
+			missing = append(missing, pkg)
+		}
+	}
+	sort.Strings(missing)
+	return missing
 }

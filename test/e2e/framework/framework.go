@@ -295,3 +295,15 @@ func RestartAgentWith(t *testing.T, ctx context.Context, config string, flags ..
 		t.Fatalf("start the agent with %q: %v", config, err)
 	}
 }
+
+// Artefact returns where the test keeps a file of the given name for people to look at
+// after the run: in the harness's artefacts directory, as <test>-<name>, which later
+// clusters leave in place.
+func Artefact(t testing.TB, name string) string {
+	t.Helper()
+	dir := Cluster(t).ArtefactsDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name)
+}
