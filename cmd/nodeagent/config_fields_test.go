@@ -165,10 +165,10 @@ func TestCheckConfigFields(t *testing.T) {
 			kc.ImagePullCredentialsVerificationPolicy = kubeletv1beta1.NeverVerifyAllowlistedImages
 			kc.PreloadedImagesVerificationAllowlist = []string{"registry.k8s.io/*"}
 		}},
-		{name: "nested field", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
+		{name: "nested fields honoured", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.MemorySwap.SwapBehavior = "LimitedSwap"
 			kc.UserNamespaces = &kubeletv1beta1.UserNamespaces{IDsPerPod: ptr.To[int64](131072)}
-		}, warnings: []string{"userNamespaces.idsPerPod"}},
+		}},
 		{name: "logging", mutate: func(kc *kubeletv1beta1.KubeletConfiguration) {
 			kc.Logging.Format = "json"
 		}, warnings: []string{"logging"}},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodeagent/nodeagent/pkg/objcache"
 	podsync "github.com/nodeagent/nodeagent/pkg/sync"
+	"github.com/nodeagent/nodeagent/pkg/userns"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 )
 
@@ -20,6 +21,9 @@ import (
 type registeringVolumes struct {
 	*volume.Manager
 	objects *objcache.Cache
+	// userns frees a pod's user namespace once its directory, which
+	// records it, is gone.
+	userns *userns.Allocator
 }
 
 var _ podsync.Volumes = registeringVolumes{}
@@ -35,5 +39,8 @@ func (v registeringVolumes) MountPod(ctx context.Context, pod *v1.Pod) (volume.M
 func (v registeringVolumes) UnmountPod(ctx context.Context, uid types.UID) error {
 	err := v.Manager.UnmountPod(ctx, uid)
 	v.objects.Unregister(uid)
+	if err == nil && v.userns != nil {
+		v.userns.Release(uid)
+	}
 	return err
 }

@@ -255,6 +255,10 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
+	podUserNamespaces, err := newUserNamespaces(cfg, cri)
+	if err != nil {
+		return err
+	}
 	dispatcher, err := podsync.NewDispatcher(podsync.Config{
 		Allocations:           allocations,
 		PullRecords:           pullRecords,
@@ -265,7 +269,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Status:                statusMgr,
 		Recorder:              recorder,
 		Secrets:               objects,
-		Volumes:               registeringVolumes{Manager: volumes, objects: objects},
+		Volumes:               registeringVolumes{Manager: volumes, objects: objects, userns: podUserNamespaces.Allocator},
+		UserNamespaces:        podUserNamespaces,
 		Env:                   env,
 		RuntimeClasses:        runtimeClasses,
 		Allocatable:           nodeCtrl.Allocatable,

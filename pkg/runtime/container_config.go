@@ -70,7 +70,7 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: in.Security, Resources: in.Resources},
 	}
 	if cfg.Linux.SecurityContext == nil {
-		cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}
+		cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod, nil)}
 	}
 	targetNamespace(cfg.Linux.SecurityContext, in.TargetID)
 	return cfg

@@ -89,11 +89,14 @@ func podHostname(pod *v1.Pod, clusterDomain string) (string, error) {
 	return fqdn, nil
 }
 
-func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
+// namespaceOptions are the pod's namespaces, userns its own user
+// namespace (nil: the host's).
+func namespaceOptions(pod *v1.Pod, userns *runtimeapi.UserNamespace) *runtimeapi.NamespaceOption {
 	ns := &runtimeapi.NamespaceOption{
-		Network: runtimeapi.NamespaceMode_POD,
-		Pid:     runtimeapi.NamespaceMode_CONTAINER,
-		Ipc:     runtimeapi.NamespaceMode_POD,
+		Network:       runtimeapi.NamespaceMode_POD,
+		Pid:           runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:           runtimeapi.NamespaceMode_POD,
+		UsernsOptions: userns,
 	}
 	if pod.Spec.HostNetwork {
 		ns.Network = runtimeapi.NamespaceMode_NODE

@@ -18,6 +18,9 @@ type SecurityOptions struct {
 	// SeccompProfileRoot is where Localhost profiles are found:
 	// <root-dir>/seccomp, as for the kubelet.
 	SeccompProfileRoot string
+	// UserNamespace is the pod's own user namespace (hostUsers: false),
+	// set per pod; nil runs it in the host's.
+	UserNamespace *runtimeapi.UserNamespace
 }
 
 // ImageUser is the user an image's config runs as: a numeric UID, a
@@ -123,7 +126,7 @@ func VerifyRunAsNonRoot(pod *v1.Pod, c *v1.Container, img ImageUser) error {
 func ContainerSecurity(pod *v1.Pod, c *v1.Container, opts SecurityOptions, img ImageUser) (*runtimeapi.LinuxContainerSecurityContext, error) {
 	sc := effectiveSecurity(pod, c)
 	out := &runtimeapi.LinuxContainerSecurityContext{
-		NamespaceOptions: namespaceOptions(pod),
+		NamespaceOptions: namespaceOptions(pod, opts.UserNamespace),
 		Privileged:       isTrue(sc.Privileged),
 		ReadonlyRootfs:   isTrue(sc.ReadOnlyRootFilesystem),
 		SelinuxOptions:   seLinuxOptions(sc.SELinuxOptions),
@@ -251,7 +254,7 @@ func seLinuxOptions(o *v1.SELinuxOptions) *runtimeapi.SELinuxOption {
 // privileged container in an unprivileged sandbox).
 func sandboxSecurity(pod *v1.Pod, opts SecurityOptions) (*runtimeapi.LinuxSandboxSecurityContext, error) {
 	out := &runtimeapi.LinuxSandboxSecurityContext{
-		NamespaceOptions: namespaceOptions(pod),
+		NamespaceOptions: namespaceOptions(pod, opts.UserNamespace),
 		Privileged:       hasPrivileged(pod),
 	}
 	var podSeccomp *v1.SeccompProfile

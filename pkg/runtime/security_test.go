@@ -271,3 +271,30 @@ func TestSandboxSecurity(t *testing.T) {
 		t.Error("an empty Localhost profile must fail the sandbox")
 	}
 }
+
+// TestUserNamespaceOptions: a pod's own user namespace goes to its sandbox and to each of
+// its containers; without one, neither names any (the host's).
+func TestUserNamespaceOptions(t *testing.T) {
+	userns := &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD,
+		Uids: []*runtimeapi.IDMapping{{HostId: 65536, ContainerId: 0, Length: 65536}},
+		Gids: []*runtimeapi.IDMapping{{HostId: 65536, ContainerId: 0, Length: 65536}}}
+	for _, want := range []*runtimeapi.UserNamespace{nil, userns} {
+		pod := securityPod()
+		pod.Spec.HostUsers = ptr.To(want == nil)
+		opts := PodOptions{Security: SecurityOptions{UserNamespace: want}}
+		sb, _, err := SandboxConfig(pod, 0, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sb.Linux.SecurityContext.NamespaceOptions.UsernsOptions; got != want {
+			t.Errorf("sandbox user namespace %v, want %v", got, want)
+		}
+		sec, err := ContainerSecurity(pod, &pod.Spec.Containers[0], opts.Security, ImageUser{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sec.NamespaceOptions.UsernsOptions; got != want {
+			t.Errorf("container user namespace %v, want %v", got, want)
+		}
+	}
+}

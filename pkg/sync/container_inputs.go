@@ -44,7 +44,9 @@ func (p *pass) containerInputs(ctx context.Context, c *v1.Container, init bool, 
 	if err := runtime.VerifyRunAsNonRoot(pod, c, user); err != nil {
 		return in, err
 	}
-	if in.Security, err = runtime.ContainerSecurity(pod, c, w.settings.podOptions.Security, user); err != nil {
+	security := w.settings.podOptions.Security
+	security.UserNamespace = p.userns
+	if in.Security, err = runtime.ContainerSecurity(pod, c, security, user); err != nil {
 		return in, err
 	}
 

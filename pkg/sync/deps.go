@@ -128,6 +128,8 @@ type deps struct {
 	pullRecords PullRecords
 	// runtimeClasses resolve pods' runtimeClassName to a handler.
 	runtimeClasses RuntimeClasses
+	// userns gives hostUsers: false pods their user namespaces.
+	userns UserNamespaces
 	// alloc and resizes are the pods' allocated and applied resources
 	// and their resize conditions.
 	alloc   *allocation.Store

@@ -73,6 +73,9 @@ type Config struct {
 	// sandbox runs under; nil knows of none, so that a pod naming one
 	// fails to start.
 	RuntimeClasses RuntimeClasses
+	// UserNamespaces gives pods with hostUsers: false their user
+	// namespaces; nil refuses such pods, as a runtime without support.
+	UserNamespaces UserNamespaces
 	// RootDir holds the pod directories (<RootDir>/pods/<uid>).
 	RootDir string
 	// NodeIPs are reported as hostIP(s).
@@ -220,7 +223,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 			env: cfg.Env, allocatable: cfg.Allocatable, cgroups: cfg.Cgroups, probes: cfg.Probes,
 			hooks: cfg.Hooks, clock: cfg.Clock, metrics: cfg.Metrics, pulls: newPullSlots(cfg.MaxParallelImagePulls),
 			pullRecords:    cfg.PullRecords,
-			runtimeClasses: cfg.RuntimeClasses, alloc: cfg.Allocations, resizes: newResizeConditions(),
+			runtimeClasses: cfg.RuntimeClasses, userns: cfg.UserNamespaces, alloc: cfg.Allocations, resizes: newResizeConditions(),
 			timeline: cfg.Timeline, tracer: cfg.Tracer,
 		},
 		settings: &settings{

@@ -48,6 +48,9 @@ type pass struct {
 	// podIPs are the addresses of the pod's current sandbox, known once
 	// the sandbox exists (the node's for a host-network pod).
 	podIPs []string
+	// userns is the pod's own user namespace (hostUsers: false), nil for
+	// a pod in the host's.
+	userns *runtimeapi.UserNamespace
 	// imageVolumes are the pod's image volumes as this pass pulled them,
 	// nil until a container is about to start.
 	imageVolumes map[string]imageVolume
@@ -184,6 +187,14 @@ func (p *pass) run(ctx context.Context) {
 		}
 	}
 
+	userns, err := w.userNamespace(ctx, pod, plan.CreateSandbox)
+	if err != nil {
+		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+		p.out.sandboxFailed = plan.CreateSandbox
+		p.wait(sandboxBackoff)
+		return
+	}
+	p.userns, opts.Security.UserNamespace = userns, userns
 	sandboxCfg, warnings, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
 	if err != nil {
 		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
