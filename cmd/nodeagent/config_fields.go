@@ -189,7 +189,7 @@ var configFields = map[string]fieldRule{
 	"topologyManagerPolicyOptions":         {class: warned, note: noCPUManager},
 	"topologyManagerScope":                 {class: warned, note: noCPUManager},
 	"tracing":                              {class: honoured, note: "OTLP spans of pods' starts and terminations, their steps and CRI calls (pkg/timeline/trace.go, tracing.go)"},
-	"userNamespaces.idsPerPod":             {class: honoured, note: "the IDs of each hostUsers: false pod's user namespace (pkg/userns)"},
+	"userNamespaces.idsPerPod":             {class: honoured, note: "the IDs of each hostUsers: false pod's user namespace, checked as the kubelet checks it (pkg/userns)"},
 	"volumePluginDir":                      {class: warned, note: "FlexVolume drivers are not supported"},
 	"volumeStatsAggPeriod":                 {class: honoured, note: "volume usage in the Summary API (pkg/stats)"},
 }

@@ -164,6 +164,9 @@ func TestConfigFileErrors(t *testing.T) {
 		{name: "unknown pull credential policy", content: header + "imagePullCredentialsVerificationPolicy: Sometimes\n", want: `imagePullCredentialsVerificationPolicy: unknown policy "Sometimes"`},
 		{name: "allowlist without its policy", content: header + "preloadedImagesVerificationAllowlist: [registry.k8s.io/pause]\n", want: "preloadedImagesVerificationAllowlist is only read with NeverVerifyAllowlistedImages"},
 		{name: "allowlist entry with a tag", content: header + "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [registry.k8s.io/pause:3.10]\n", want: "without a tag or digest"},
+		{name: "idsPerPod below 65536", content: header + "userNamespaces:\n  idsPerPod: 1000\n", want: "userNamespaces.idsPerPod must not be less than 65536"},
+		{name: "idsPerPod not a multiple of 65536", content: header + "userNamespaces:\n  idsPerPod: 100000\n", want: "userNamespaces.idsPerPod must be a multiple of 65536"},
+		{name: "idsPerPod past 32 bits", content: header + "userNamespaces:\n  idsPerPod: 4294967296\n", want: "userNamespaces.idsPerPod must not be more than 4294967295"},
 		{name: "pull credential policy with its gate off", content: header + "featureGates:\n  KubeletEnsureSecretPulledImages: false\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n", want: "must not be set while the KubeletEnsureSecretPulledImages feature gate is off"},
 	}
 	for _, tt := range tests {

@@ -36,11 +36,13 @@ func (v registeringVolumes) MountPod(ctx context.Context, pod *v1.Pod) (volume.M
 
 // UnmountPod tears down the pod's volumes and releases its references,
 // even when the tear-down failed: nothing of the pod reads them any more.
+// Its user namespace is freed only once its directory is gone: until
+// then the record there still holds it (for a restarted agent too).
 func (v registeringVolumes) UnmountPod(ctx context.Context, uid types.UID) error {
 	err := v.Manager.UnmountPod(ctx, uid)
 	v.objects.Unregister(uid)
 	if err == nil && v.userns != nil {
-		v.userns.Release(uid)
+		err = v.userns.Release(uid)
 	}
 	return err
 }

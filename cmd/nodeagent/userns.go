@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -13,13 +13,10 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/userns"
 )
 
-// The files the node's user-namespace range is read from (the kubelet's
-// "kubelet" user and its subordinate IDs).
-var (
-	passwdFile = "/etc/passwd"
-	subuidFile = "/etc/subuid"
-	subgidFile = "/etc/subgid"
-)
+// userNamespaceFiles are where the node's user-namespace range is read
+// from (the kubelet's "kubelet" user and its subordinate IDs); tests
+// point them elsewhere.
+var userNamespaceFiles = userns.HostFiles
 
 // newUserNamespaces makes the allocator of pods' user namespaces: the
 // node's range, userNamespaces.idsPerPod IDs a pod, room for maxPods,
@@ -31,11 +28,15 @@ func newUserNamespaces(cfg *agentConfig, cri *runtime.Client) (*userNamespaces, 
 	if kc.UserNamespaces != nil && kc.UserNamespaces.IDsPerPod != nil {
 		idsPerPod = *kc.UserNamespaces.IDsPerPod
 	}
-	r, err := userns.NodeRange(passwdFile, subuidFile, subgidFile)
+	// Validated with the configuration; checked again before the cast.
+	if err := userns.ValidateIDsPerPod(idsPerPod); err != nil {
+		return nil, fmt.Errorf("user namespaces: %w", err)
+	}
+	r, err := userns.NodeRange(userNamespaceFiles, uint32(idsPerPod))
 	if err != nil {
 		return nil, fmt.Errorf("user namespaces: %w", err)
 	}
-	a, err := userns.New(filepath.Join(cfg.rootDir, "pods"), r, idsPerPod, int(kc.MaxPods))
+	a, err := userns.New(userns.Config{RootDir: cfg.rootDir, IDsPerPod: idsPerPod, Range: r, MaxPods: int(kc.MaxPods)})
 	if err != nil {
 		return nil, fmt.Errorf("user namespaces: %w", err)
 	}
@@ -51,6 +52,7 @@ type userNamespaces struct {
 
 var _ podsync.UserNamespaces = (*userNamespaces)(nil)
 
+// Mapping is the pod's slot as the runtime takes it.
 func (u *userNamespaces) Mapping(uid types.UID) (*runtimeapi.UserNamespace, error) {
 	m, err := u.Get(uid)
 	if err != nil {
@@ -70,8 +72,16 @@ func (u *userNamespaces) Supported(ctx context.Context, handler string) (bool, e
 	return handlerSupportsUserNamespaces(st, handler)
 }
 
+// handlerSupportsUserNamespaces reads the handler's user-namespace
+// support (idmapped mounts included) from the runtime's status, with
+// the kubelet's errors for a runtime that lists no handlers and for a
+// handler it does not list.
 func handlerSupportsUserNamespaces(st *runtimeapi.StatusResponse, handler string) (bool, error) {
-	for _, h := range st.GetRuntimeHandlers() {
+	handlers := st.GetRuntimeHandlers()
+	if len(handlers) == 0 {
+		return false, errors.New("runtime handlers are not set")
+	}
+	for _, h := range handlers {
 		if h.GetName() == handler {
 			return h.GetFeatures().GetUserNamespaces(), nil
 		}

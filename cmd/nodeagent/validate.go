@@ -17,6 +17,7 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/node"
 	"github.com/nodeagent/nodeagent/pkg/qos"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
+	"github.com/nodeagent/nodeagent/pkg/userns"
 )
 
 // errInvalidConfig marks a configuration that failed validation.
@@ -60,6 +61,12 @@ func validateKubeletConfig(kc *kubeletv1beta1.KubeletConfiguration) error {
 	}
 	if kc.MaxPods <= 0 {
 		fail("maxPods", "must be > 0")
+	}
+	if kc.UserNamespaces != nil && kc.UserNamespaces.IDsPerPod != nil {
+		// The kubelet's words, which name the field themselves.
+		if err := userns.ValidateIDsPerPod(*kc.UserNamespaces.IDsPerPod); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	switch kc.MemorySwap.SwapBehavior {
 	case "", qos.NoSwap, qos.LimitedSwap:

@@ -8,6 +8,7 @@
 //	<root>/pods/<uid>/plugins
 //	<root>/pods/<uid>/containers/<container>/<file>   (termination messages)
 //	<root>/pods/<uid>/etc-hosts
+//	<root>/pods/<uid>/userns                          (its user namespace, hostUsers: false)
 //
 // It only computes paths; creating and removing them is its callers' job.
 package poddir
@@ -32,6 +33,7 @@ const (
 	pluginsDirName    = "plugins"
 	containersDirName = "containers"
 	etcHostsFileName  = "etc-hosts"
+	usernsFileName    = "userns"
 )
 
 // Layout is the layout under one root directory.
@@ -95,6 +97,10 @@ func (p Pod) ContainerDir(container string) string {
 
 // EtcHosts is the pod's managed hosts file, bound at /etc/hosts.
 func (p Pod) EtcHosts() string { return filepath.Join(p.dir, etcHostsFileName) }
+
+// UserNamespace records the host IDs of a hostUsers: false pod's user
+// namespace, so that a restarted agent gives the pod the same ones.
+func (p Pod) UserNamespace() string { return filepath.Join(p.dir, usernsFileName) }
 
 // ValidUID refuses a pod UID that could name anything but one directory
 // under pods/: a static pod's UID comes from a file on disk, and a

@@ -25,6 +25,7 @@ func TestLayout(t *testing.T) {
 		{name: "containers", got: pod.ContainersDir(), want: "/var/lib/kubelet/pods/0f1e/containers"},
 		{name: "container", got: pod.ContainerDir("app"), want: "/var/lib/kubelet/pods/0f1e/containers/app"},
 		{name: "etc-hosts", got: pod.EtcHosts(), want: "/var/lib/kubelet/pods/0f1e/etc-hosts"},
+		{name: "userns", got: pod.UserNamespace(), want: "/var/lib/kubelet/pods/0f1e/userns"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.got != tc.want {

@@ -38,7 +38,8 @@ type ContainerInputs struct {
 	// Devices are the block volumes the container names in volumeDevices.
 	Devices []*runtimeapi.Device
 	// Security is the container's resolved security context
-	// (ContainerSecurity); nil gives the runtime's defaults.
+	// (ContainerSecurity), which carries a hostUsers: false pod's user
+	// namespace; nil gives the runtime's defaults.
 	Security *runtimeapi.LinuxContainerSecurityContext
 	// Command and Args replace the spec's when set: they are the spec's
 	// with $(VAR) references expanded (ExpandCommand).
@@ -70,7 +71,14 @@ func ContainerConfig(pod *v1.Pod, c *v1.Container, in ContainerInputs) *runtimea
 		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: in.Security, Resources: in.Resources},
 	}
 	if cfg.Linux.SecurityContext == nil {
-		cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod, nil)}
+		ns := namespaceOptions(pod)
+		if ns.UsernsOptions, _ = userNamespace(pod, nil); ns.UsernsOptions == nil {
+			// A pod with hostUsers: false and no ContainerSecurity: a
+			// user namespace of its own without mappings, which the
+			// runtime refuses, rather than the node's.
+			ns.UsernsOptions = &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}
+		}
+		cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: ns}
 	}
 	targetNamespace(cfg.Linux.SecurityContext, in.TargetID)
 	return cfg

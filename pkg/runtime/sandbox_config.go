@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -89,14 +90,13 @@ func podHostname(pod *v1.Pod, clusterDomain string) (string, error) {
 	return fqdn, nil
 }
 
-// namespaceOptions are the pod's namespaces, userns its own user
-// namespace (nil: the host's).
-func namespaceOptions(pod *v1.Pod, userns *runtimeapi.UserNamespace) *runtimeapi.NamespaceOption {
+// namespaceOptions are the pod's namespaces but its user namespace
+// (userNamespace).
+func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
 	ns := &runtimeapi.NamespaceOption{
-		Network:       runtimeapi.NamespaceMode_POD,
-		Pid:           runtimeapi.NamespaceMode_CONTAINER,
-		Ipc:           runtimeapi.NamespaceMode_POD,
-		UsernsOptions: userns,
+		Network: runtimeapi.NamespaceMode_POD,
+		Pid:     runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:     runtimeapi.NamespaceMode_POD,
 	}
 	if pod.Spec.HostNetwork {
 		ns.Network = runtimeapi.NamespaceMode_NODE
@@ -111,6 +111,29 @@ func namespaceOptions(pod *v1.Pod, userns *runtimeapi.UserNamespace) *runtimeapi
 		ns.Pid = runtimeapi.NamespaceMode_POD
 	}
 	return ns
+}
+
+// errNoPodUserNamespace refuses a hostUsers: false pod that was given no
+// user namespace of its own: it must never run as the host's users.
+var errNoPodUserNamespace = errors.New("can't set `spec.hostUsers: false`: the pod has no user namespace mappings")
+
+// hostUsers says whether the pod runs in the host's user namespace.
+func hostUsers(pod *v1.Pod) bool {
+	return pod.Spec.HostUsers == nil || *pod.Spec.HostUsers
+}
+
+// userNamespace is the user namespace of the pod's sandbox and of each
+// of its containers: own (the pod's mappings, pkg/userns) for a pod with
+// hostUsers: false, else the node's, named explicitly as the kubelet
+// names it.
+func userNamespace(pod *v1.Pod, own *runtimeapi.UserNamespace) (*runtimeapi.UserNamespace, error) {
+	if hostUsers(pod) {
+		return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}, nil
+	}
+	if own.GetMode() != runtimeapi.NamespaceMode_POD || len(own.GetUids()) == 0 || len(own.GetGids()) == 0 {
+		return nil, errNoPodUserNamespace
+	}
+	return own, nil
 }
 
 func portMappings(pod *v1.Pod) []*runtimeapi.PortMapping {

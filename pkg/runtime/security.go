@@ -18,8 +18,9 @@ type SecurityOptions struct {
 	// SeccompProfileRoot is where Localhost profiles are found:
 	// <root-dir>/seccomp, as for the kubelet.
 	SeccompProfileRoot string
-	// UserNamespace is the pod's own user namespace (hostUsers: false),
-	// set per pod; nil runs it in the host's.
+	// UserNamespace is the pod's own user namespace, set per pod: its
+	// mappings for a pod with hostUsers: false, which is refused without
+	// them; ignored for other pods, which run in the node's.
 	UserNamespace *runtimeapi.UserNamespace
 }
 
@@ -125,8 +126,12 @@ func VerifyRunAsNonRoot(pod *v1.Pod, c *v1.Container, img ImageUser) error {
 // seccomp profile).
 func ContainerSecurity(pod *v1.Pod, c *v1.Container, opts SecurityOptions, img ImageUser) (*runtimeapi.LinuxContainerSecurityContext, error) {
 	sc := effectiveSecurity(pod, c)
+	userns, err := userNamespace(pod, opts.UserNamespace)
+	if err != nil {
+		return nil, err
+	}
 	out := &runtimeapi.LinuxContainerSecurityContext{
-		NamespaceOptions: namespaceOptions(pod, opts.UserNamespace),
+		NamespaceOptions: namespaceOptions(pod),
 		Privileged:       isTrue(sc.Privileged),
 		ReadonlyRootfs:   isTrue(sc.ReadOnlyRootFilesystem),
 		SelinuxOptions:   seLinuxOptions(sc.SELinuxOptions),
@@ -136,6 +141,7 @@ func ContainerSecurity(pod *v1.Pod, c *v1.Container, opts SecurityOptions, img I
 		MaskedPaths:   defaultMaskedPaths,
 		ReadonlyPaths: defaultReadonlyPaths,
 	}
+	out.NamespaceOptions.UsernsOptions = userns
 	if sc.ProcMount != nil && *sc.ProcMount == v1.UnmaskedProcMount {
 		out.MaskedPaths, out.ReadonlyPaths = []string{}, []string{}
 	}
@@ -253,10 +259,15 @@ func seLinuxOptions(o *v1.SELinuxOptions) *runtimeapi.SELinuxOption {
 // privileged when any of its containers is (the runtime refuses a
 // privileged container in an unprivileged sandbox).
 func sandboxSecurity(pod *v1.Pod, opts SecurityOptions) (*runtimeapi.LinuxSandboxSecurityContext, error) {
+	userns, err := userNamespace(pod, opts.UserNamespace)
+	if err != nil {
+		return nil, err
+	}
 	out := &runtimeapi.LinuxSandboxSecurityContext{
-		NamespaceOptions: namespaceOptions(pod, opts.UserNamespace),
+		NamespaceOptions: namespaceOptions(pod),
 		Privileged:       hasPrivileged(pod),
 	}
+	out.NamespaceOptions.UsernsOptions = userns
 	var podSeccomp *v1.SeccompProfile
 	var podAppArmor *v1.AppArmorProfile
 	if psc := pod.Spec.SecurityContext; psc != nil {
@@ -269,7 +280,6 @@ func sandboxSecurity(pod *v1.Pod, opts SecurityOptions) (*runtimeapi.LinuxSandbo
 		out.SelinuxOptions = seLinuxOptions(psc.SELinuxOptions)
 		podSeccomp, podAppArmor = psc.SeccompProfile, psc.AppArmorProfile
 	}
-	var err error
 	if out.SupplementalGroups, out.SupplementalGroupsPolicy, err = podGroups(pod); err != nil {
 		return nil, err
 	}

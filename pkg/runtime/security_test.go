@@ -272,29 +272,76 @@ func TestSandboxSecurity(t *testing.T) {
 	}
 }
 
-// TestUserNamespaceOptions: a pod's own user namespace goes to its sandbox and to each of
-// its containers; without one, neither names any (the host's).
+// TestUserNamespaceOptions: a pod with hostUsers: false runs its sandbox and each of its
+// containers in its own user namespace, the mappings it was given; without them it is
+// refused, never run in the node's. Any other pod names the node's explicitly, as the
+// kubelet does.
 func TestUserNamespaceOptions(t *testing.T) {
-	userns := &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD,
-		Uids: []*runtimeapi.IDMapping{{HostId: 65536, ContainerId: 0, Length: 65536}},
-		Gids: []*runtimeapi.IDMapping{{HostId: 65536, ContainerId: 0, Length: 65536}}}
-	for _, want := range []*runtimeapi.UserNamespace{nil, userns} {
+	ids := func(host uint32) []*runtimeapi.IDMapping {
+		return []*runtimeapi.IDMapping{{HostId: host, ContainerId: 0, Length: 65536}}
+	}
+	own := &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: ids(131072), Gids: ids(131072)}
+	node := &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}
+	for _, tc := range []struct {
+		name      string
+		hostUsers *bool
+		given     *runtimeapi.UserNamespace
+		want      *runtimeapi.UserNamespace
+		wantErr   bool
+	}{
+		{name: "hostUsers unset", want: node},
+		{name: "hostUsers true", hostUsers: ptr.To(true), want: node},
+		{name: "hostUsers true, mappings ignored", hostUsers: ptr.To(true), given: own, want: node},
+		{name: "hostUsers false", hostUsers: ptr.To(false), given: own, want: own},
+		{name: "hostUsers false without mappings", hostUsers: ptr.To(false), wantErr: true},
+		{name: "hostUsers false given the node's", hostUsers: ptr.To(false), given: node, wantErr: true},
+		{name: "hostUsers false given no gids", hostUsers: ptr.To(false), wantErr: true,
+			given: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: ids(131072)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := securityPod()
+			pod.Spec.HostUsers = tc.hostUsers
+			opts := PodOptions{Security: SecurityOptions{UserNamespace: tc.given}}
+			sb, _, sbErr := SandboxConfig(pod, 0, opts)
+			sec, ctrErr := ContainerSecurity(pod, &pod.Spec.Containers[0], opts.Security, ImageUser{})
+			if tc.wantErr {
+				for what, err := range map[string]error{"sandbox": sbErr, "container": ctrErr} {
+					if err == nil || !strings.Contains(err.Error(), "can't set `spec.hostUsers: false`") {
+						t.Errorf("%s: err %v, want the pod refused", what, err)
+					}
+				}
+				return
+			}
+			if sbErr != nil || ctrErr != nil {
+				t.Fatalf("sandbox: %v, container: %v", sbErr, ctrErr)
+			}
+			for what, got := range map[string]*runtimeapi.UserNamespace{
+				"sandbox":   sb.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions(),
+				"container": sec.GetNamespaceOptions().GetUsernsOptions(),
+			} {
+				if got.String() != tc.want.String() {
+					t.Errorf("%s user namespace %v, want %v", what, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestContainerConfigWithoutSecurity: a container made without ContainerSecurity never
+// falls back to the node's user namespace for a pod with hostUsers: false.
+func TestContainerConfigWithoutSecurity(t *testing.T) {
+	for _, tc := range []struct {
+		hostUsers *bool
+		want      runtimeapi.NamespaceMode
+	}{
+		{hostUsers: nil, want: runtimeapi.NamespaceMode_NODE},
+		{hostUsers: ptr.To(false), want: runtimeapi.NamespaceMode_POD},
+	} {
 		pod := securityPod()
-		pod.Spec.HostUsers = ptr.To(want == nil)
-		opts := PodOptions{Security: SecurityOptions{UserNamespace: want}}
-		sb, _, err := SandboxConfig(pod, 0, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := sb.Linux.SecurityContext.NamespaceOptions.UsernsOptions; got != want {
-			t.Errorf("sandbox user namespace %v, want %v", got, want)
-		}
-		sec, err := ContainerSecurity(pod, &pod.Spec.Containers[0], opts.Security, ImageUser{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := sec.NamespaceOptions.UsernsOptions; got != want {
-			t.Errorf("container user namespace %v, want %v", got, want)
+		pod.Spec.HostUsers = tc.hostUsers
+		got := ContainerConfig(pod, &pod.Spec.Containers[0], ContainerInputs{}).GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
+		if got.GetMode() != tc.want || len(got.GetUids()) != 0 {
+			t.Errorf("hostUsers %v: %v, want mode %v without mappings", tc.hostUsers, got, tc.want)
 		}
 	}
 }

@@ -3,34 +3,45 @@ package sync
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodeagent/nodeagent/pkg/status"
 )
 
 // fakeUserNamespaces maps every pod onto one range and supports the handlers listed.
 type fakeUserNamespaces struct {
 	supported map[string]bool
 	mappings  []types.UID
+	mapErr    error
 }
 
 func (f *fakeUserNamespaces) Mapping(uid types.UID) (*runtimeapi.UserNamespace, error) {
 	f.mappings = append(f.mappings, uid)
-	ids := []*runtimeapi.IDMapping{{HostId: 65536, ContainerId: 0, Length: 65536}}
-	return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: ids, Gids: ids}, nil
+	if f.mapErr != nil {
+		return nil, f.mapErr
+	}
+	ids := func() []*runtimeapi.IDMapping {
+		return []*runtimeapi.IDMapping{{HostId: 131072, ContainerId: 0, Length: 65536}}
+	}
+	return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: ids(), Gids: ids()}, nil
 }
 
 func (f *fakeUserNamespaces) Supported(_ context.Context, handler string) (bool, error) {
 	ok, known := f.supported[handler]
 	if !known {
-		return false, errors.New("the handler \"" + handler + "\" is not known")
+		return false, errors.New(`the handler "` + handler + `" is not known`)
 	}
 	return ok, nil
 }
 
+// sandboxUserNamespaces lists the user namespaces of the fake runtime's sandboxes.
 func (h *harness) sandboxUserNamespaces() []*runtimeapi.UserNamespace {
 	h.rt.Lock()
 	defer h.rt.Unlock()
@@ -42,61 +53,138 @@ func (h *harness) sandboxUserNamespaces() []*runtimeapi.UserNamespace {
 }
 
 // TestWorkerUserNamespaces: a pod with hostUsers: false gets its own user namespace from
-// the allocator, in its sandbox's namespace options; on a runtime handler without
-// support it gets no sandbox at all, but the kubelet's FailedCreatePodSandBox, and never
-// runs as the host's users; a pod of the host's user namespace asks for none.
+// the allocator, in its sandbox's and every container's namespace options; any other pod
+// names the node's, as the kubelet does.
 func TestWorkerUserNamespaces(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		hostUsers *bool
-		userns    *fakeUserNamespaces
-		wantNS    bool
-		wantEvent string
+		wantMode  runtimeapi.NamespaceMode
 	}{
-		{name: "hostUsers false on a supporting handler", hostUsers: ptr.To(false),
-			userns: &fakeUserNamespaces{supported: map[string]bool{"": true}}, wantNS: true},
-		{name: "hostUsers false on a handler without support", hostUsers: ptr.To(false),
-			userns:    &fakeUserNamespaces{supported: map[string]bool{"": false}},
-			wantEvent: "Warning FailedCreatePodSandBox Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"},
-		{name: "hostUsers false, no allocator", hostUsers: ptr.To(false),
-			wantEvent: "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"},
-		{name: "hostUsers false on a handler the runtime does not report", hostUsers: ptr.To(false),
-			userns:    &fakeUserNamespaces{supported: map[string]bool{"other": true}},
-			wantEvent: "Failed to create pod sandbox: can't set `spec.hostUsers: false`: the handler \"\" is not known"},
-		{name: "hostUsers unset", userns: &fakeUserNamespaces{supported: map[string]bool{"": true}}},
-		{name: "hostUsers true", hostUsers: ptr.To(true), userns: &fakeUserNamespaces{supported: map[string]bool{"": true}}},
+		{name: "hostUsers false", hostUsers: ptr.To(false), wantMode: runtimeapi.NamespaceMode_POD},
+		{name: "hostUsers unset", wantMode: runtimeapi.NamespaceMode_NODE},
+		{name: "hostUsers true", hostUsers: ptr.To(true), wantMode: runtimeapi.NamespaceMode_NODE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := basePod()
 			pod.Spec.HostUsers = tc.hostUsers
 			h := newHarness(t, pod)
+			rec, _ := withInputs(h)
+			userns := &fakeUserNamespaces{supported: map[string]bool{"": true}}
+			h.w.deps.userns = userns
+			h.sync(pod, false)
+			pod = addEphemeral(pod, v1.EphemeralContainer{TargetContainerName: "a",
+				EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debugger", Image: "busybox"}})
+			h.sync(pod, false)
+
+			got := map[string]*runtimeapi.UserNamespace{}
+			for i, ns := range h.sandboxUserNamespaces() {
+				got["sandbox "+strconv.Itoa(i)] = ns
+			}
+			rec.mu.Lock()
+			for name, cfg := range rec.configs {
+				got[name] = cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
+			}
+			rec.mu.Unlock()
+			if len(got) != 4 {
+				t.Fatalf("user namespaces of %d sandboxes and containers, want the sandbox, a, b and debugger: %v", len(got), got)
+			}
+			for what, ns := range got {
+				if ns.GetMode() != tc.wantMode {
+					t.Errorf("%s: user namespace %v, want mode %v", what, ns, tc.wantMode)
+				}
+				own := len(ns.GetUids()) == 1 && ns.GetUids()[0].GetHostId() == 131072 && len(ns.GetGids()) == 1
+				if want := tc.wantMode == runtimeapi.NamespaceMode_POD; own != want {
+					t.Errorf("%s: user namespace %v, want the pod's mappings: %v", what, ns, want)
+				}
+			}
+			if asked := len(userns.mappings) > 0; asked != (tc.wantMode == runtimeapi.NamespaceMode_POD) {
+				t.Errorf("mappings asked for %v", userns.mappings)
+			}
+			for _, uid := range userns.mappings {
+				if uid != pod.UID {
+					t.Errorf("mapping asked for %s, want the pod's %s", uid, pod.UID)
+				}
+			}
+		})
+	}
+}
+
+// TestWorkerUserNamespaceRefused: a pod with hostUsers: false whose runtime handler does
+// not support user namespaces (or whose mapping cannot be had) gets no sandbox at all but
+// the kubelet's FailedCreatePodSandBox, its containers waiting in ContainerCreating, and
+// another try only after the back-off; it never runs as the host's users.
+func TestWorkerUserNamespaceRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		class     string // the pod's runtimeClassName
+		userns    *fakeUserNamespaces
+		wantEvent string
+	}{
+		{name: "default handler without support", userns: &fakeUserNamespaces{supported: map[string]bool{"": false}},
+			wantEvent: "Warning FailedCreatePodSandBox Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"},
+		{name: "RuntimeClass handler without support", class: "sandboxed",
+			userns:    &fakeUserNamespaces{supported: map[string]bool{"": true, "runsc": false}},
+			wantEvent: "Warning FailedCreatePodSandBox Failed to create pod sandbox: can't set `spec.hostUsers: false`, RuntimeClass handler \"runsc\" does not support user namespaces"},
+		{name: "handler the runtime does not report", class: "sandboxed", userns: &fakeUserNamespaces{supported: map[string]bool{"": true}},
+			wantEvent: "Warning FailedCreatePodSandBox Failed to create pod sandbox: can't set `spec.hostUsers: false`, RuntimeClass handler \"runsc\" does not support user namespaces: the handler \"runsc\" is not known"},
+		{name: "no allocator",
+			wantEvent: "Warning FailedCreatePodSandBox Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"},
+		{name: "no slot left", userns: &fakeUserNamespaces{supported: map[string]bool{"": true},
+			mapErr: errors.New("create user namespace: could not find an empty slot to allocate a user namespace")},
+			wantEvent: "Warning FailedCreatePodSandBox Failed to create pod sandbox: create user namespace: could not find an empty slot to allocate a user namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := basePod()
+			pod.Spec.HostUsers = ptr.To(false)
+			if tc.class != "" {
+				pod.Spec.RuntimeClassName = ptr.To(tc.class)
+			}
+			h := newHarness(t, pod)
+			h.w.deps.runtimeClasses = fakeRuntimeClasses{"sandboxed": "runsc"}
 			if tc.userns != nil {
 				h.w.deps.userns = tc.userns
 			}
 			h.sync(pod, false)
-			ns := h.sandboxUserNamespaces()
-			switch {
-			case tc.wantEvent != "":
-				if events := h.events(); !strings.Contains(events, tc.wantEvent) {
-					t.Errorf("events:\n%s\nwant %q", events, tc.wantEvent)
+			if events := h.events(); !strings.Contains(events, tc.wantEvent) {
+				t.Errorf("events:\n%s\nwant %q", events, tc.wantEvent)
+			}
+			if n := h.runPodSandboxCalls(); n != 0 {
+				t.Errorf("RunPodSandbox called %d times, want never", n)
+			}
+			h.rt.Lock()
+			made := len(h.rt.Sandboxes) + len(h.rt.Containers)
+			h.rt.Unlock()
+			if made != 0 {
+				t.Errorf("%d sandboxes and containers, want none", made)
+			}
+			st := h.status.last
+			if st.Phase != v1.PodPending || len(st.ContainerStatuses) != 2 {
+				t.Fatalf("status %s with %d containers, want Pending with 2", st.Phase, len(st.ContainerStatuses))
+			}
+			for _, cs := range st.ContainerStatuses {
+				if w := cs.State.Waiting; w == nil || w.Reason != status.ReasonContainerCreating {
+					t.Errorf("container %s state %+v, want waiting in ContainerCreating", cs.Name, cs.State)
 				}
-				if len(ns) != 0 || h.runPodSandboxCalls() != 0 {
-					t.Errorf("%d sandboxes, %d RunPodSandbox calls; want none", len(ns), h.runPodSandboxCalls())
-				}
-			case tc.wantNS:
-				if len(ns) != 1 || ns[0].GetMode() != runtimeapi.NamespaceMode_POD || len(ns[0].GetUids()) != 1 || ns[0].GetUids()[0].GetHostId() != 65536 {
-					t.Errorf("sandboxes' user namespaces %v, want the pod's own", ns)
-				}
-				if len(tc.userns.mappings) == 0 || tc.userns.mappings[0] != pod.UID {
-					t.Errorf("mappings asked for %v, want the pod's", tc.userns.mappings)
-				}
-			default:
-				if len(ns) != 1 || ns[0] != nil {
-					t.Errorf("sandboxes' user namespaces %v, want one sandbox in the host's", ns)
-				}
-				if tc.userns != nil && len(tc.userns.mappings) != 0 {
-					t.Errorf("mappings asked for %v, want none", tc.userns.mappings)
-				}
+			}
+
+			// Woken again at once, the worker waits out the back-off.
+			h.sync(pod, false)
+			if n := h.runPodSandboxCalls(); n != 0 {
+				t.Errorf("RunPodSandbox called %d times within the back-off, want never", n)
+			}
+			if events := h.events(); events != "" {
+				t.Errorf("events within the back-off:\n%s", events)
+			}
+
+			// Once it has passed, on a handler with support, the pod gets its sandbox, in
+			// its own user namespace.
+			h.w.state.sandboxRetry = h.w.state.sandboxRetry.Add(-sandboxBackoff)
+			h.w.deps.userns = &fakeUserNamespaces{supported: map[string]bool{"": true, "runsc": true}}
+			h.sync(pod, false)
+			sandboxes := h.sandboxUserNamespaces()
+			if len(sandboxes) != 1 || sandboxes[0].GetMode() != runtimeapi.NamespaceMode_POD {
+				t.Errorf("sandboxes' user namespaces after the back-off: %v, want one of the pod's own", sandboxes)
 			}
 		})
 	}
