@@ -8,17 +8,23 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeagent/nodeagent/pkg/timeline"
 	"github.com/nodeagent/nodeagent/test/harness"
 )
 
 // floorRound creates n sandboxes, each with one busybox container, straight through CRI
 // with all n in flight at once (as an agent's per-pod workers would), then removes them:
-// what the runtime alone needs, with no agent and no apiserver in the way.
+// what the runtime alone needs, with no agent and no apiserver in the way. Each call is
+// timed as the agent's timeline times its step (RunPodSandbox as sandbox, CreateContainer
+// and StartContainer as createContainer:sleep and startContainer:sleep) for the round's
+// breakdown. The image is present and the floor asks nothing about it (containerd resolves
+// it in CreateContainer), so it has no pullImage step.
 func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir string, n int) (roundResult, error) {
 	var res roundResult
 	sandboxReady := make([]float64, n)
 	started := make([]float64, n)
 	ids := make([]string, n)
+	pods := make([]podStart, n)
 	errs := make(chan error, n)
 	begin := time.Now()
 	var wg sync.WaitGroup
@@ -35,31 +41,40 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 				Labels:       map[string]string{"io.kubernetes.pod.namespace": benchNamespace},
 				Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: harness.CgroupRoot + "/bench-floor/" + name},
 			}
-			sb, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+			p := &pods[i]
+			p.created = t0
+			sb, err := timedCall(p, "sandbox", t0, func() (*runtimeapi.RunPodSandboxResponse, error) {
+				return rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+			})
 			if err != nil {
 				errs <- fmt.Errorf("run sandbox: %w", err)
 				return
 			}
 			ids[i] = sb.PodSandboxId
 			sandboxReady[i] = time.Since(t0).Seconds()
-			c, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
-				PodSandboxId: sb.PodSandboxId, SandboxConfig: cfg,
-				Config: &runtimeapi.ContainerConfig{
-					Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
-					Image:    &runtimeapi.ImageSpec{Image: harness.BusyboxImage},
-					Command:  []string{"sh", "-c", "trap 'exit 0' TERM; sleep 100000 & wait"},
-					LogPath:  "sleep.log",
-				},
+			c, err := timedCall(p, "createContainer:sleep", time.Now(), func() (*runtimeapi.CreateContainerResponse, error) {
+				return rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+					PodSandboxId: sb.PodSandboxId, SandboxConfig: cfg,
+					Config: &runtimeapi.ContainerConfig{
+						Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
+						Image:    &runtimeapi.ImageSpec{Image: harness.BusyboxImage},
+						Command:  []string{"sh", "-c", "trap 'exit 0' TERM; sleep 100000 & wait"},
+						LogPath:  "sleep.log",
+					},
+				})
 			})
 			if err != nil {
 				errs <- fmt.Errorf("create container: %w", err)
 				return
 			}
-			if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
+			if _, err := timedCall(p, "startContainer:sleep", time.Now(), func() (*runtimeapi.StartContainerResponse, error) {
+				return rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId})
+			}); err != nil {
 				errs <- fmt.Errorf("start container: %w", err)
 				return
 			}
-			started[i] = time.Since(t0).Seconds()
+			p.started = p.steps[len(p.steps)-1].End
+			started[i] = p.started.Sub(t0).Seconds()
 		}()
 	}
 	wg.Wait()
@@ -71,6 +86,7 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 		break
 	}
 	res.SandboxReady, res.Started, res.Ready = dist(sandboxReady), dist(started), dist(started)
+	res.Steps = breakdown(pods)
 	delStart := time.Now()
 	var dwg sync.WaitGroup
 	for _, id := range ids {
@@ -87,4 +103,16 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 	dwg.Wait()
 	res.Deleted = time.Since(delStart).Seconds()
 	return res, firstErr
+}
+
+// timedCall makes one CRI call of a floor pod, begun at start, and records it in p's steps
+// as the agent's timeline would.
+func timedCall[R any](p *podStart, step string, start time.Time, call func() (R, error)) (R, error) {
+	r, err := call()
+	st := timeline.Step{Name: step, Start: start, End: time.Now(), Outcome: timeline.Done}
+	if err != nil {
+		st.Outcome, st.Error = timeline.Failed, err.Error()
+	}
+	p.steps = append(p.steps, st)
+	return r, err
 }

@@ -122,6 +122,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	writeTable(os.Stdout, figuresFor(o.pvc), results)
+	writeStepTable(os.Stdout, results)
 	return writeJSON(cfg, o, results)
 }
 
@@ -175,7 +176,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	} else {
 		profiled <- nil
 	}
-	w := workload{n: o.n, probe: o.probe, pvc: o.pvc, rootDir: cfg.AgentRootDir()}
+	w := workload{n: o.n, probe: o.probe, pvc: o.pvc, rootDir: cfg.AgentRootDir(), timelines: side == harness.AgentNodeagent}
 	res, err := startupRound(ctx, cs, rt, w, func() error {
 		rss, _, _ := memory(pid)
 		r.RSSPods = append(r.RSSPods, rss)

@@ -164,3 +164,152 @@ func writeTable(w io.Writer, figs []figure, sides map[string]sideResult) {
 		}
 	}
 }
+
+// rowLabels name the breakdown's rows that are no step in the "where a pod's start goes"
+// table.
+var rowLabels = map[string]string{
+	rowBeforeAdmit: "creation → admit (apiserver, scheduler, agent's watch)",
+	rowQueueWait:   "queue/wait (no step running)",
+	rowStatusSeen:  "last step → started seen (status written, watched)",
+}
+
+// rowWholeStart is the table's last row: the start the rows divide.
+const rowWholeStart = "the start: creation → containers started"
+
+// stepCells are one side's figures on one row of the breakdown table: medians over rounds.
+type stepCells struct {
+	p50, p99, share float64
+	ok              bool
+}
+
+// stepRow is one row of the breakdown table.
+type stepRow struct {
+	step   string
+	na, fl stepCells
+}
+
+// stepRows are the rows of the breakdown table of nodeagent and the floor: each row's
+// figures are the medians over the rounds that have it, as in the main table. The rows are
+// in the order of the rounds' breakdowns, nodeagent's first, rowWholeStart last.
+func stepRows(na, fl sideResult) []stepRow {
+	var order []string
+	seen := map[string]bool{}
+	for _, s := range []sideResult{na, fl} {
+		for _, r := range s.Rounds {
+			if r.Steps == nil {
+				continue
+			}
+			for _, f := range r.Steps.Steps {
+				if !seen[f.Step] {
+					seen[f.Step] = true
+					order = append(order, f.Step)
+				}
+			}
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return rowRank(order[i]) < rowRank(order[j]) })
+	var rows []stepRow
+	for _, step := range order {
+		rows = append(rows, stepRow{step: step, na: stepCellsOf(na, step), fl: stepCellsOf(fl, step)})
+	}
+	if len(rows) > 0 {
+		rows = append(rows, stepRow{step: rowWholeStart, na: stepCellsOf(na, rowWholeStart), fl: stepCellsOf(fl, rowWholeStart)})
+	}
+	return rows
+}
+
+// stepCellsOf is the medians over s's rounds of the row's figures.
+func stepCellsOf(s sideResult, step string) stepCells {
+	var p50, p99, share []float64
+	for _, r := range s.Rounds {
+		if r.Steps == nil || r.Steps.Pods == 0 {
+			continue
+		}
+		if step == rowWholeStart {
+			p50, p99, share = append(p50, r.Steps.Start.P50), append(p99, r.Steps.Start.P99), append(share, 1)
+			continue
+		}
+		for _, f := range r.Steps.Steps {
+			if f.Step == step {
+				p50, p99, share = append(p50, f.Seconds.P50), append(p99, f.Seconds.P99), append(share, f.ShareP50)
+			}
+		}
+	}
+	var c stepCells
+	c.p50, _, _, c.ok = summary(p50)
+	c.p99, _, _, _ = summary(p99)
+	c.share, _, _, _ = summary(share)
+	return c
+}
+
+// stepSum is the sum of the rows' p50s (rowWholeStart aside) of one side; ok is false when
+// the side has none.
+func stepSum(rows []stepRow, side func(stepRow) stepCells) (sum float64, ok bool) {
+	for _, r := range rows {
+		if c := side(r); c.ok && r.step != rowWholeStart {
+			sum, ok = sum+c.p50, true
+		}
+	}
+	return sum, ok
+}
+
+// writeStepTable prints the Markdown table "where a pod's start goes", nodeagent beside the
+// floor, and how the sum of each side's step p50s compares with its creation → containers
+// started p50 as the watch measured it (the main table's). Nothing when no round has a
+// breakdown.
+func writeStepTable(w io.Writer, sides map[string]sideResult) {
+	na, fl := sides["nodeagent"], sides["floor"]
+	rows := stepRows(na, fl)
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nWhere a pod's start goes (medians over rounds):\n\n")
+	fmt.Fprintln(w, "| step | nodeagent p50 / p99 (s) | floor p50 / p99 (s) | nodeagent / floor (p50) | share of the start (p50), nodeagent / floor |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, r := range rows {
+		label := r.step
+		if l, ok := rowLabels[r.step]; ok {
+			label = l
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s / %s |\n", label, durations(r.na), durations(r.fl),
+			cellRatio(r.na, r.fl), share(r.na), share(r.fl))
+	}
+	fmt.Fprintln(w)
+	for _, s := range []struct {
+		name string
+		res  sideResult
+		side func(stepRow) stepCells
+	}{
+		{"nodeagent", na, func(r stepRow) stepCells { return r.na }},
+		{"floor", fl, func(r stepRow) stepCells { return r.fl }},
+	} {
+		sum, ok := stepSum(rows, s.side)
+		measured, _, _, okM := summary(fromRounds(func(r roundResult) float64 { return r.Started.P50 })(s.res))
+		if !ok || !okM {
+			continue
+		}
+		fmt.Fprintf(w, "%s: the rows' p50s add up to %.3g s; the main table's creation → containers started p50: %.3g s (%s).\n",
+			s.name, sum, measured, cellRatio(stepCells{p50: sum, ok: true}, stepCells{p50: measured, ok: true}))
+	}
+}
+
+func durations(c stepCells) string {
+	if !c.ok {
+		return "—"
+	}
+	return fmt.Sprintf("%.3g / %.3g", c.p50, c.p99)
+}
+
+func share(c stepCells) string {
+	if !c.ok {
+		return "—"
+	}
+	return fmt.Sprintf("%.3g %%", 100*c.share)
+}
+
+func cellRatio(a, b stepCells) string {
+	if !a.ok || !b.ok || b.p50 == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", a.p50/b.p50)
+}

@@ -42,6 +42,11 @@ type roundResult struct {
 	// VolumesGone is from the deletion until no claim, PersistentVolume or
 	// VolumeAttachment of the round is left.
 	VolumesGone float64 `json:"deleteAllVolumesGoneSeconds,omitempty"`
+
+	// Steps is where the start of the round's pods went, step by step: nodeagent's from the
+	// pods' timelines, the floor's from its own timing of its CRI calls (steps.go). The
+	// kubelet has no timeline to give.
+	Steps *startSteps `json:"startSteps,omitempty"`
 }
 
 // workload is what a round creates.
@@ -53,6 +58,9 @@ type workload struct {
 	pvc bool
 	// rootDir is the agent's --root-dir, where the CSI mounts are (pvc).
 	rootDir string
+	// timelines: the agent serves each pod's timeline (nodeagent), read once all pods are
+	// running for the round's breakdown of their start (timelines.go).
+	timelines bool
 }
 
 // benchPod sleeps until told to stop, and stops at once on SIGTERM. With probe it has an
@@ -82,7 +90,7 @@ func benchPod(i int, image string, probe bool) *corev1.Pod {
 // startupRound creates the workload's pods at once, follows them with a watch until all are
 // Ready, and then deletes them (and their claims) and waits until the apiserver and the
 // runtime hold nothing of them. hold runs between the two, with the pods running (the
-// footprint is measured there).
+// footprint is measured there); with w.timelines the pods' timelines are read before it.
 func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient, w workload, hold func() error) (roundResult, error) {
 	var res roundResult
 	n := w.n
@@ -178,6 +186,9 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 	res.SandboxReady, res.Started, res.Ready = dist(sb), dist(st), dist(rd)
 	if w.pvc {
 		res.Scheduled, res.Attached, res.AttachedToStarted = ptr.To(dist(sc)), ptr.To(dist(att)), ptr.To(dist(attSt))
+	}
+	if w.timelines {
+		res.Steps = timelineSteps(ctx, cs, tr.times)
 	}
 	if hold != nil {
 		if err := hold(); err != nil {
