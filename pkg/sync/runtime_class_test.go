@@ -136,15 +136,7 @@ func TestWorkerSandboxFailures(t *testing.T) {
 			if n := len(h.sandboxHandlers()); n != 0 {
 				t.Errorf("%d sandboxes, want none", n)
 			}
-			st := h.status.last
-			if st.Phase != v1.PodPending || len(st.ContainerStatuses) != 2 {
-				t.Fatalf("status %s with %d containers, want Pending with 2", st.Phase, len(st.ContainerStatuses))
-			}
-			for _, cs := range st.ContainerStatuses {
-				if w := cs.State.Waiting; w == nil || w.Reason != status.ReasonContainerCreating {
-					t.Errorf("container %s state %+v, want waiting in ContainerCreating", cs.Name, cs.State)
-				}
-			}
+			h.wantPendingInContainerCreating(t)
 			if got := h.runPodSandboxCalls(); got != tc.wantCalls {
 				t.Errorf("RunPodSandbox called %d times, want %d", got, tc.wantCalls)
 			}
@@ -167,5 +159,20 @@ func TestWorkerSandboxFailures(t *testing.T) {
 				t.Errorf("sandbox handlers after the back-off = %q, want [runsc]", got)
 			}
 		})
+	}
+}
+
+// wantPendingInContainerCreating checks the last status: Pending, its two containers
+// waiting in ContainerCreating (a sandbox that could not be made).
+func (h *harness) wantPendingInContainerCreating(t *testing.T) {
+	t.Helper()
+	st := h.status.last
+	if st.Phase != v1.PodPending || len(st.ContainerStatuses) != 2 {
+		t.Fatalf("status %s with %d containers, want Pending with 2", st.Phase, len(st.ContainerStatuses))
+	}
+	for _, cs := range st.ContainerStatuses {
+		if w := cs.State.Waiting; w == nil || w.Reason != status.ReasonContainerCreating {
+			t.Errorf("container %s state %+v, want waiting in ContainerCreating", cs.Name, cs.State)
+		}
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/nodeagent/nodeagent/pkg/status"
 )
 
 // fakeUserNamespaces maps every pod onto one range and supports the handlers listed.
@@ -158,15 +156,7 @@ func TestWorkerUserNamespaceRefused(t *testing.T) {
 			if made != 0 {
 				t.Errorf("%d sandboxes and containers, want none", made)
 			}
-			st := h.status.last
-			if st.Phase != v1.PodPending || len(st.ContainerStatuses) != 2 {
-				t.Fatalf("status %s with %d containers, want Pending with 2", st.Phase, len(st.ContainerStatuses))
-			}
-			for _, cs := range st.ContainerStatuses {
-				if w := cs.State.Waiting; w == nil || w.Reason != status.ReasonContainerCreating {
-					t.Errorf("container %s state %+v, want waiting in ContainerCreating", cs.Name, cs.State)
-				}
-			}
+			h.wantPendingInContainerCreating(t)
 
 			// Woken again at once, the worker waits out the back-off.
 			h.sync(pod, false)
