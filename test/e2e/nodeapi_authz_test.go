@@ -118,6 +118,8 @@ func TestNodeAPIAuthorizationMatrix(t *testing.T) {
 	exec := fmt.Sprintf("/exec/%s/%s/main?command=id&output=1", podNS, pod.Name)
 	attach := fmt.Sprintf("/attach/%s/%s/main?output=1", podNS, pod.Name)
 	portForward := fmt.Sprintf("/portForward/%s/%s?port=80", podNS, pod.Name)
+	podTimeline := fmt.Sprintf("/debug/pods/%s/%s/timeline", podNS, pod.Name)
+	podWhy := fmt.Sprintf("/debug/pods/%s/%s/why", podNS, pod.Name)
 
 	// Bindings reach the apiserver's authorizer through a watch: wait until both allowed
 	// identities are let in (a denial is cached for 30 s: cacheUnauthorizedTTL).
@@ -152,6 +154,11 @@ func TestNodeAPIAuthorizationMatrix(t *testing.T) {
 		{name: "proxy get websocket port-forward is create", method: "GET", target: portForward, token: proxyGet, header: upgradeHeader, code: 403},
 		{name: "proxy get running pods", method: "GET", target: "/runningpods/", token: proxyGet, code: 200},
 		{name: "proxy logs", method: "GET", target: logs, token: proxyAll, code: 200},
+		{name: "anonymous timeline", method: "GET", target: podTimeline, code: 401},
+		{name: "no RBAC timeline", method: "GET", target: podTimeline, token: noRBAC, code: 403},
+		{name: "no RBAC why", method: "GET", target: podWhy, token: noRBAC, code: 403},
+		{name: "proxy get timeline", method: "GET", target: podTimeline, token: proxyGet, code: 200},
+		{name: "proxy get why", method: "GET", target: podWhy, token: proxyGet, code: 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

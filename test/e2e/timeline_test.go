@@ -79,6 +79,8 @@ func TestPodTimeline(t *testing.T) {
 		VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}}}}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}}}}
+	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
+		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 	pod = framework.RunReady(t, pod)
 
 	want := []string{"admit", "podCgroup", "volumes", "sandbox", "createContainer:init", "startContainer:init",
@@ -108,6 +110,31 @@ func TestPodTimeline(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The steps account for the pod's start: one after the other (a pod's worker takes
+	// them in turn), from admission to the first ready status, within the pod's measured
+	// start — its creation to its Ready condition, both written in whole seconds.
+	ready := tl.Steps[firstStep(tl.Steps, timeline.StepReady)]
+	span := ready.End.Sub(tl.Steps[0].Start)
+	var sum time.Duration
+	for _, s := range tl.Steps {
+		if !s.Start.After(ready.End) {
+			sum += time.Duration(s.DurationSeconds * float64(time.Second))
+		}
+	}
+	if sum > span+10*time.Millisecond {
+		t.Errorf("the steps take %s in all, more than the %s from admission to ready: they overlap", sum, span)
+	}
+	var readyAt time.Time
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			readyAt = c.LastTransitionTime.Time
+		}
+	}
+	if measured := readyAt.Sub(pod.CreationTimestamp.Time); readyAt.IsZero() || span > measured+time.Second || span < measured-3*time.Second {
+		t.Errorf("the timeline spans %s from admission to ready; the pod's measured start (creation %s to Ready %s) is %s",
+			span, pod.CreationTimestamp.Time, readyAt, measured)
+	}
 
 	var why timeline.Why
 	if err := nodeDebug(t, pod, "why", &why); err != nil {
