@@ -79,12 +79,15 @@ func TestPodTimeline(t *testing.T) {
 		VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}}}}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}}}}
+	// The main container's image is pulled (from the local registry), the init
+	// container's found present.
+	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
 	pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
 		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
 	pod = framework.RunReady(t, pod)
 
 	want := []string{"admit", "podCgroup", "volumes", "sandbox", "createContainer:init", "startContainer:init",
-		"createContainer:main", "startContainer:main", timeline.StepReady}
+		"pullImage:main", "createContainer:main", "startContainer:main", timeline.StepReady}
 	var tl timeline.Timeline
 	framework.Eventually(t, 30*time.Second, func() error {
 		if err := nodeDebug(t, pod, "timeline", &tl); err != nil {
@@ -111,6 +114,9 @@ func TestPodTimeline(t *testing.T) {
 		return nil
 	})
 
+	if pull := tl.Steps[firstStep(tl.Steps, "pullImage:main")]; pull.Cached {
+		t.Errorf("pullImage:main %+v found the image present; the pod's policy is Always", pull)
+	}
 	// The steps account for the pod's start: one after the other (a pod's worker takes
 	// them in turn), from admission to the first ready status, within the pod's measured
 	// start — its creation to its Ready condition, both written in whole seconds.
