@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -29,32 +27,14 @@ import (
 // harness's among them: the test pulls those again before it ends.
 func TestImageGCRemovesImagesUnusedForTheMaximumAge(t *testing.T) {
 	requireNodeagent(t)
-	cfg := framework.Cluster(t)
 	ctx := framework.Context(t, 10*time.Minute)
 	_, img := framework.CRI(t)
 	ref := pushImageOfItsOwn(t, ctx)
 	tags := imageTags(t, ctx, img)
 
-	dropins := t.TempDir()
-	conf := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageMinimumGCAge: 10s\nimageMaximumGCAge: 30s\n"
-	if err := os.WriteFile(filepath.Join(dropins, "90-image-gc.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.StopAgent(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = cfg.StopAgent(ctx)
-		if err := cfg.StartAgent(ctx); err != nil {
-			t.Errorf("restart the agent with the harness config: %v", err)
-			return
-		}
-		restoreImages(t, ctx, img, tags)
-	})
-	if err := cfg.StartAgent(ctx, "--config-dir="+dropins, "--image-gc-period=5s"); err != nil {
-		t.Fatalf("agent with imageMaximumGCAge: %v", err)
-	}
+	// Registered first, so it runs after the agent is back with the harness's configuration.
+	t.Cleanup(func() { restoreImages(t, context.Background(), img, tags) })
+	framework.RestartAgentWith(t, ctx, "imageMinimumGCAge: 10s\nimageMaximumGCAge: 30s\n", "--image-gc-period=5s")
 
 	keep := waitPod(t, createPod(t, busyboxPod("imagegc-keep", corev1.RestartPolicyAlways, "trap 'exit 0' TERM; sleep 3600 & wait")),
 		3*time.Minute, runningAndReady)
