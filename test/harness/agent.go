@@ -19,11 +19,16 @@ func (c *Config) AgentConfig() string { return c.agentConfig(nodeAt(0)) }
 // agentConfig is node n's KubeletConfiguration: the nodes differ only in their cgroup root.
 // Image GC by disk usage is off (high threshold 100): the machine's disk is shared with
 // everything else on it, and the tests' images must not vanish because it fills; the
-// image GC test turns GC by age on for itself.
+// image GC test turns GC by age on for itself. maxPods is written only when Config.MaxPods
+// sets it.
 func (c *Config) agentConfig(n Node) string {
 	rotate := "rotateCertificates: false\n"
 	if c.TLSBootstrap {
 		rotate = "rotateCertificates: true\nserverTLSBootstrap: true\n"
+	}
+	maxPods := "" // the agents' default, 110
+	if c.MaxPods > 0 {
+		maxPods = fmt.Sprintf("maxPods: %d\n", c.MaxPods)
 	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -37,7 +42,7 @@ resolvConf: /etc/resolv.conf
 failSwapOn: false
 failCgroupV1: false
 imageGCHighThresholdPercent: 100
-%scontainerLogMaxSize: %s
+%s%scontainerLogMaxSize: %s
 containerLogMaxFiles: %d
 authentication:
   anonymous:
@@ -48,7 +53,7 @@ authentication:
     clientCAFile: %s
 authorization:
   mode: Webhook
-`, c.CRIEndpoint(), n.CgroupRoot(), ClusterDNS, ClusterDomain, c.StaticPodDir(), rotate, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
+`, c.CRIEndpoint(), n.CgroupRoot(), ClusterDNS, ClusterDomain, c.StaticPodDir(), rotate, maxPods, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
 }
 
 // StaticPodDir is the agents' staticPodPath: a manifest written there runs as a static

@@ -144,6 +144,10 @@ type Config struct {
 	// --config-dir, as an administrator adds settings: eviction thresholds, periods. A test
 	// that passes --config-dir to StartAgent itself replaces it. Not with Kubeadm.
 	AgentConfigExtra string
+	// MaxPods, when more than zero, is the agents' maxPods (the KubeletConfiguration's
+	// field, both agents' default 110 when unset): the benchmark raises it to start more
+	// pods at once. The node's pod CIDR (a /24) bounds it in practice: 253 pod addresses.
+	MaxPods int
 	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
 	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
 	// sh behaves as the one in upstream's e2e images.
@@ -251,6 +255,9 @@ func (c *Config) Complete() error {
 	}
 	if c.RuntimeRootFS < 0 || (c.RuntimeRootFS > 0 && (c.Kubeadm || c.NodeCount > 1)) {
 		return fmt.Errorf("runtime root filesystem of %d bytes: want a size, on one node without kubeadm", c.RuntimeRootFS)
+	}
+	if c.MaxPods < 0 {
+		return fmt.Errorf("maxPods %d: want a number of pods, or 0 for the agents' default", c.MaxPods)
 	}
 	if c.AgentConfigExtra != "" && c.Kubeadm {
 		return errors.New("extra agent configuration: kubeadm's nodes are configured by kubeadm")

@@ -18,14 +18,17 @@ import (
 // timed as the agent's timeline times its step (RunPodSandbox as sandbox, CreateContainer
 // and StartContainer as createContainer:sleep and startContainer:sleep) for the round's
 // breakdown. The image is present and the floor asks nothing about it (containerd resolves
-// it in CreateContainer), so it has no pullImage step.
-func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir string, n int) (roundResult, error) {
+// it in CreateContainer), so it has no pullImage step. sample, when set, reads the machine's
+// CPU counters for the split of the CPU spent from the first call to the last container
+// started (cpusplit.go).
+func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir string, n int, sample func() (cpuSample, error)) (roundResult, error) {
 	var res roundResult
 	sandboxReady := make([]float64, n)
 	started := make([]float64, n)
 	ids := make([]string, n)
 	pods := make([]podStart, n)
 	errs := make(chan error, n)
+	endCPU := cpuSpan(sample)
 	begin := time.Now()
 	var wg sync.WaitGroup
 	for i := range n {
@@ -80,12 +83,14 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 	wg.Wait()
 	close(errs)
 	res.AllRunning = time.Since(begin).Seconds()
+	res.CPUStart = endCPU()
 	var firstErr error
 	for err := range errs {
 		firstErr = err
 		break
 	}
 	res.SandboxReady, res.Started, res.Ready = dist(sandboxReady), dist(started), dist(started)
+	res.StartedSeconds = sorted(started)
 	res.Steps = breakdown(pods)
 	delStart := time.Now()
 	var dwg sync.WaitGroup

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // memory returns VmRSS and VmHWM of pid in MiB.
@@ -100,4 +102,31 @@ func countRequests(path string, from, to auditMark) (int, map[string]int, error)
 		}
 	}
 	return n, by, sc.Err()
+}
+
+// heldRequests are the node's requests to the apiserver over a hold.
+type heldRequests struct {
+	n int
+	// by splits them by verb and resource, as countRequests does.
+	by map[string]int
+	// perMinute is n over the hold's measured length.
+	perMinute float64
+}
+
+// auditedHold waits d and counts the node's requests meanwhile, from the apiserver's audit
+// log at path.
+func auditedHold(ctx context.Context, path string, d time.Duration) (heldRequests, error) {
+	from, begin := markAudit(path), time.Now()
+	if err := sleep(ctx, d); err != nil {
+		return heldRequests{}, err
+	}
+	to, elapsed := markAudit(path), time.Since(begin)
+	if to < from {
+		return heldRequests{}, fmt.Errorf("the audit log %s shrank during the hold (rotated?)", path)
+	}
+	n, by, err := countRequests(path, from, to)
+	if err != nil {
+		return heldRequests{}, err
+	}
+	return heldRequests{n: n, by: by, perMinute: float64(n) / elapsed.Minutes()}, nil
 }

@@ -2,19 +2,18 @@
 // the upstream kubelet, on one harness cluster (same control plane, containerd and
 // KubeletConfiguration), alternating the two sides over several rounds, and the floor: the
 // same pods made straight through CRI with no agent. With -pvc every pod mounts a fresh claim
-// of the hostpath CSI driver, on both agents (no floor). See BENCHMARKS.md.
+// of the hostpath CSI driver, on both agents (no floor). With -scale it measures each of
+// several pod counts in turn, and how the agents' CPU per pod grows with the count. See
+// BENCHMARKS.md.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -23,12 +22,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeagent/nodeagent/test/harness"
 )
 
 type options struct {
-	n      int
+	// n is the pod count being measured: -n, or each of -scale's in turn.
+	n int
+	// ns are the pod counts of the run: -scale's, ascending, or -n alone.
+	ns []int
+	// scale: the run measures ns in turn and prints the scaling table (-scale).
+	scale  bool
 	rounds int
 	hold   time.Duration
 	sides  []string
@@ -45,18 +50,26 @@ type options struct {
 
 func main() {
 	var o options
-	var sides string
-	flag.IntVar(&o.n, "n", 100, "pods created at once per round (at most maxPods, 110)")
+	var sides, scale string
+	flag.IntVar(&o.n, "n", 100, fmt.Sprintf("pods created at once per round (at most %d: the node's pod CIDR; past 100 both agents' maxPods is raised to N+10)", maxBenchPods))
+	flag.StringVar(&scale, "scale", "", "measure each of these pod counts in turn, e.g. 10,50,100,250 (each with -rounds rounds of -sides), and print how the agents' CPU per pod grows with N; instead of -n")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; the order of the sides alternates between rounds")
 	flag.DurationVar(&o.hold, "hold", 60*time.Second, "how long CPU is measured idle and with N pods running")
 	flag.StringVar(&sides, "sides", "nodeagent,kubelet,floor", "what to measure")
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON results")
 	flag.BoolVar(&o.probe, "probe", false, "give every pod an exec readiness probe run each second (the probes' cost shows in CPU with pods)")
-	flag.BoolVar(&o.pvc, "pvc", false, "give every pod a fresh 1Mi claim of the hostpath CSI driver's StorageClass ("+harness.CSIHostpathStorageClass+"), mounted; the cluster runs the driver (one more pod: N at most 109); sides nodeagent,kubelet")
+	flag.BoolVar(&o.pvc, "pvc", false, "give every pod a fresh 1Mi claim of the hostpath CSI driver's StorageClass ("+harness.CSIHostpathStorageClass+"), mounted; the cluster runs the driver (one more pod); sides nodeagent,kubelet")
 	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of its first round (bench/results/nodeagent-cpu.pprof)")
 	flag.Parse()
-	sidesSet := false
-	flag.Visit(func(f *flag.Flag) { sidesSet = sidesSet || f.Name == "sides" })
+	sidesSet, nSet := false, false
+	flag.Visit(func(f *flag.Flag) {
+		sidesSet = sidesSet || f.Name == "sides"
+		nSet = nSet || f.Name == "n"
+	})
+	if err := podCounts(&o, scale, nSet); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	if o.pvc && !sidesSet {
 		sides = harness.AgentNodeagent + "," + harness.AgentKubelet
 	}
@@ -73,12 +86,32 @@ func main() {
 	}
 }
 
+// podCounts fills o's pod counts from -scale, or from -n without it.
+func podCounts(o *options, scale string, nSet bool) error {
+	if scale == "" {
+		if err := checkPodCount(o.n); err != nil {
+			return fmt.Errorf("-n: %w", err)
+		}
+		o.ns = []int{o.n}
+		return nil
+	}
+	if nSet {
+		return fmt.Errorf("-n and -scale: give one or the other")
+	}
+	ns, err := parsePodCounts(scale)
+	if err != nil {
+		return err
+	}
+	o.ns, o.scale = ns, true
+	return nil
+}
+
 func run(ctx context.Context, o options) error {
-	cfg := &harness.Config{Agent: harness.AgentNone}
+	cfg := &harness.Config{Agent: harness.AgentNone, MaxPods: maxPodsFor(o.ns)}
 	if o.pvc {
 		// The driver runs as a pod: it is deployed by a node agent, and each side's agent
 		// runs it again after the switch.
-		cfg = &harness.Config{Agent: harness.AgentNodeagent, CSIHostpath: true}
+		cfg = &harness.Config{Agent: harness.AgentNodeagent, CSIHostpath: true, MaxPods: maxPodsFor(o.ns)}
 	}
 	if err := harness.Up(ctx, cfg); err != nil {
 		return err
@@ -97,8 +130,43 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
+	stamp := time.Now().UTC().Format("20060102-150405")
+	var runs []podsRun
+	for i, n := range o.ns {
+		po := o
+		po.n = n
+		if i > 0 {
+			po.profile = 0 // the profile is of the first pod count's first round
+		}
+		if o.scale {
+			fmt.Fprintf(os.Stdout, "\n## N = %d\n\n", n)
+		}
+		pr := podsRun{Pods: n, Results: measurePods(ctx, cfg, cs, po)}
+		runs = append(runs, pr)
+		reportPods(os.Stdout, cfg, o, stamp, pr)
+		// After each pod count, so that a long run stopped half-way keeps what it measured.
+		if err := writeJSON(cfg, o, stamp, runs); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if o.scale {
+		reportScaling(os.Stdout, cfg, o, stamp, runs)
+	}
+	writeFleet(os.Stdout, fleetOf(runs))
+	return nil
+}
+
+// measurePods runs every round of every side at o.n pods and returns their results. A
+// failed round is recorded as such, and the next side starts from an empty node.
+func measurePods(ctx context.Context, cfg *harness.Config, cs kubernetes.Interface, o options) map[string]sideResult {
 	results := map[string]sideResult{}
 	for round := range o.rounds {
+		if ctx.Err() != nil {
+			break
+		}
 		order := append([]string(nil), o.sides...)
 		if round%2 == 1 {
 			for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 {
@@ -121,9 +189,7 @@ func run(ctx context.Context, o options) error {
 			results[side] = r
 		}
 	}
-	writeTable(os.Stdout, figuresFor(o.pvc), results)
-	writeStepTable(os.Stdout, results)
-	return writeJSON(cfg, o, results)
+	return results
 }
 
 // measure runs one round of one side and adds its figures to r.
@@ -141,7 +207,8 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		if err := cfg.SwitchAgent(ctx, harness.AgentNone); err != nil {
 			return err
 		}
-		res, err := floorRound(ctx, rt, cfg.RunDir, o.n)
+		pids := cfg.Pids()
+		res, err := floorRound(ctx, rt, cfg.RunDir, o.n, func() (cpuSample, error) { return sampleCPU(pids) })
 		if err != nil {
 			return err
 		}
@@ -160,9 +227,11 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		}
 	}
 	pid := cfg.AgentPid()
+	pids := cfg.Pids()
 	// The idle hold doubles as the new agent's settling time.
 	cpu0, _ := cpuSeconds(pid)
-	if err := sleep(ctx, o.hold); err != nil {
+	idle, err := auditedHold(ctx, cfg.AuditLog(), o.hold)
+	if err != nil {
 		return err
 	}
 	cpu1, _ := cpuSeconds(pid)
@@ -176,16 +245,22 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	} else {
 		profiled <- nil
 	}
-	w := workload{n: o.n, probe: o.probe, pvc: o.pvc, rootDir: cfg.AgentRootDir(), timelines: side == harness.AgentNodeagent}
+	w := workload{n: o.n, probe: o.probe, pvc: o.pvc, rootDir: cfg.AgentRootDir(), timelines: side == harness.AgentNodeagent,
+		sample: func() (cpuSample, error) { return sampleCPU(pids) }}
+	// What the hold with the pods running measures, kept until the round has ended well.
+	var held struct {
+		rss, cpu float64
+		requests heldRequests
+	}
 	res, err := startupRound(ctx, cs, rt, w, func() error {
-		rss, _, _ := memory(pid)
-		r.RSSPods = append(r.RSSPods, rss)
+		held.rss, _, _ = memory(pid)
 		c0, _ := cpuSeconds(pid)
-		if err := sleep(ctx, o.hold); err != nil {
+		var err error
+		if held.requests, err = auditedHold(ctx, cfg.AuditLog(), o.hold); err != nil {
 			return err
 		}
 		c1, _ := cpuSeconds(pid)
-		r.CPUPods = append(r.CPUPods, c1-c0)
+		held.cpu = c1 - c0
 		return nil
 	})
 	if perr := <-profiled; perr != nil {
@@ -202,6 +277,12 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	r.Rounds = append(r.Rounds, res)
 	r.RSSIdle = append(r.RSSIdle, rssIdle)
 	r.CPUIdle = append(r.CPUIdle, cpu1-cpu0)
+	r.RequestsPerMinIdle = append(r.RequestsPerMinIdle, idle.perMinute)
+	r.RSSPods = append(r.RSSPods, held.rss)
+	r.CPUPods = append(r.CPUPods, held.cpu)
+	r.RequestsHeld = append(r.RequestsHeld, float64(held.requests.n))
+	r.RequestsHeldBy = append(r.RequestsHeldBy, held.requests.by)
+	r.RequestsPerMinPods = append(r.RequestsPerMinPods, held.requests.perMinute)
 	r.RSSAfter = append(r.RSSAfter, rssAfter)
 	r.HWM = append(r.HWM, hwm)
 	r.Requests = append(r.Requests, float64(reqs))
@@ -235,34 +316,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
-}
-
-func writeJSON(cfg *harness.Config, o options, results map[string]sideResult) error {
-	version, _ := harness.KubeVersion(cfg.RepoDir)
-	commit, _ := exec.Command("git", "-C", cfg.RepoDir, "rev-parse", "--short", "HEAD").Output()
-	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	var mem int64
-	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
-		fmt.Sscanf(strings.SplitN(string(data), "\n", 2)[0], "MemTotal: %d kB", &mem)
-	}
-	out := map[string]any{
-		"time":    time.Now().UTC().Format(time.RFC3339),
-		"machine": map[string]any{"cores": runtime.NumCPU(), "memoryMiB": mem / 1024, "kernel": strings.TrimSpace(string(kernel))},
-		"versions": map[string]string{
-			"kubernetes": version, "containerd": harness.ContainerdVersion, "nodeagent": strings.TrimSpace(string(commit)),
-		},
-		"pods": o.n, "rounds": o.rounds, "holdSeconds": o.hold.Seconds(), "execReadinessProbe": o.probe, "pvc": o.pvc,
-		"results": results,
-	}
-	data, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
-	}
-	dir := filepath.Join(cfg.RepoDir, o.outDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	path := filepath.Join(dir, time.Now().UTC().Format("20060102-150405")+".json")
-	fmt.Fprintf(os.Stderr, "bench: results in %s\n", path)
-	return os.WriteFile(path, data, 0o644)
 }

@@ -36,6 +36,14 @@ type sideResult struct {
 	CPUPods  []float64     `json:"cpuSecondsWithPods,omitempty"`
 	CPUIdle  []float64     `json:"cpuSecondsIdle,omitempty"`
 	Requests []float64     `json:"apiserverRequests,omitempty"`
+	// RequestsHeld are the node's requests over the hold with N pods running (they are
+	// in Requests too), RequestsHeldBy their split by verb and resource.
+	RequestsHeld   []float64        `json:"apiserverRequestsDuringHoldWithPods,omitempty"`
+	RequestsHeldBy []map[string]int `json:"apiserverRequestsDuringHoldWithPodsByVerbResource,omitempty"`
+	// RequestsPerMinPods and RequestsPerMinIdle are the node's requests per minute over the
+	// hold with N pods running and over the idle hold before the pods.
+	RequestsPerMinPods []float64 `json:"apiserverRequestsPerMinuteWithPods,omitempty"`
+	RequestsPerMinIdle []float64 `json:"apiserverRequestsPerMinuteIdle,omitempty"`
 	// RequestsBy splits each round's requests by verb and resource.
 	RequestsBy []map[string]int `json:"apiserverRequestsByVerbResource,omitempty"`
 	Errors     []string         `json:"errors,omitempty"`
@@ -76,6 +84,8 @@ var baseFigures = []figure{
 	{"CPU s over the hold, N pods running", func(s sideResult) []float64 { return s.CPUPods }},
 	{"CPU s over the hold, idle", func(s sideResult) []float64 { return s.CPUIdle }},
 	{"apiserver requests per round", func(s sideResult) []float64 { return s.Requests }},
+	{"apiserver requests per minute, N pods idle", func(s sideResult) []float64 { return s.RequestsPerMinPods }},
+	{"apiserver requests per minute, no pods idle", func(s sideResult) []float64 { return s.RequestsPerMinIdle }},
 }
 
 // pvcFigures are the -pvc variant's rows, after the base ones.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -47,6 +48,13 @@ type roundResult struct {
 	// pods' timelines, the floor's from its own timing of its CRI calls (steps.go). The
 	// kubelet has no timeline to give.
 	Steps *startSteps `json:"startSteps,omitempty"`
+
+	// StartedSeconds is each pod's creation → containers started, sorted (the start-latency
+	// CDF; a pod never seen started is -1).
+	StartedSeconds []float64 `json:"startedSeconds,omitempty"`
+	// CPUStart is the machine's CPU by component from the first create request until all
+	// pods ran (the floor: from its first CRI call to its last container started).
+	CPUStart *cpuSplit `json:"cpuDuringStart,omitempty"`
 }
 
 // workload is what a round creates.
@@ -61,6 +69,9 @@ type workload struct {
 	// timelines: the agent serves each pod's timeline (nodeagent), read once all pods are
 	// running for the round's breakdown of their start (timelines.go).
 	timelines bool
+	// sample, when set, reads the machine's CPU counters for the split of the CPU spent
+	// from the first create request until all pods run (cpusplit.go).
+	sample func() (cpuSample, error)
 }
 
 // benchPod sleeps until told to stop, and stops at once on SIGTERM. With probe it has an
@@ -119,6 +130,7 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 		}
 	}
 
+	endCPU := cpuSpan(w.sample)
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -157,6 +169,7 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 		return res, ctx.Err()
 	}
 	res.AllRunning = time.Since(start).Seconds()
+	res.CPUStart = endCPU()
 	stopWatch()
 	for range watches {
 		<-watchErr
@@ -184,6 +197,7 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 		attSt = append(attSt, since(pt.attached, pt.started))
 	}
 	res.SandboxReady, res.Started, res.Ready = dist(sb), dist(st), dist(rd)
+	res.StartedSeconds = sorted(st)
 	if w.pvc {
 		res.Scheduled, res.Attached, res.AttachedToStarted = ptr.To(dist(sc)), ptr.To(dist(att)), ptr.To(dist(attSt))
 	}
@@ -360,4 +374,11 @@ func since(from, to time.Time) float64 {
 		return -1 // never seen: shows as a negative figure rather than vanishing
 	}
 	return to.Sub(from).Seconds()
+}
+
+// sorted is a sorted copy of xs.
+func sorted(xs []float64) []float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s
 }
