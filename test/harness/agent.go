@@ -26,6 +26,16 @@ func (c *Config) agentConfig(n Node) string {
 	if c.TLSBootstrap {
 		rotate = "rotateCertificates: true\nserverTLSBootstrap: true\n"
 	}
+	// The disk signals' hard eviction thresholds are off (0%, as kind sets them, and the
+	// kubeadm nodes here): the agents' root dir and containerd's are on the machine's disk,
+	// shared with the Go build caches and everything else, and a node that evicts its pods
+	// and refuses new ones because that disk is 85 % full tests nothing of the agent. The
+	// memory threshold stays the agents' default. Clusters with filesystems of their own
+	// (the eviction test's) keep the defaults, and their tests set their own.
+	eviction := ""
+	if c.AgentRootFS == 0 && c.RuntimeRootFS == 0 {
+		eviction = "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: \"0%\"\n  nodefs.inodesFree: \"0%\"\n  imagefs.available: \"0%\"\n  imagefs.inodesFree: \"0%\"\n"
+	}
 	maxPods := "" // the agents' default, 110
 	if c.MaxPods > 0 {
 		maxPods = fmt.Sprintf("maxPods: %d\n", c.MaxPods)
@@ -42,7 +52,7 @@ resolvConf: /etc/resolv.conf
 failSwapOn: false
 failCgroupV1: false
 imageGCHighThresholdPercent: 100
-%s%scontainerLogMaxSize: %s
+%s%s%scontainerLogMaxSize: %s
 containerLogMaxFiles: %d
 authentication:
   anonymous:
@@ -53,7 +63,7 @@ authentication:
     clientCAFile: %s
 authorization:
   mode: Webhook
-`, c.CRIEndpoint(), n.CgroupRoot(), ClusterDNS, ClusterDomain, c.StaticPodDir(), rotate, maxPods, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
+`, c.CRIEndpoint(), n.CgroupRoot(), ClusterDNS, ClusterDomain, c.StaticPodDir(), eviction, rotate, maxPods, ContainerLogMaxSize, ContainerLogMaxFiles, c.path("pki", "ca.crt"))
 }
 
 // StaticPodDir is the agents' staticPodPath: a manifest written there runs as a static
