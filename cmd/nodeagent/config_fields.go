@@ -72,7 +72,7 @@ var configFields = map[string]fieldRule{
 	"cgroupsPerQOS":                              {class: honoured, note: "the kubepods/QoS hierarchy (pkg/cgroups)"},
 	"clusterDNS":                                 {class: honoured, note: "pods' resolv.conf (pkg/runtime)"},
 	"clusterDomain":                              {class: honoured, note: "pods' resolv.conf search list (pkg/runtime)"},
-	"configMapAndSecretChangeDetectionStrategy":  {class: warned, note: "configMaps and secrets are read from the apiserver when a pod's volumes are refreshed (every syncFrequency)"},
+	"configMapAndSecretChangeDetectionStrategy":  {class: warned, note: "nodeagent always watches the configMaps and secrets its pods reference, one watch per object (the default, Watch; pkg/objcache); Get and Cache are not offered"},
 	"containerLogMaxFiles":                       {class: honoured, note: "log rotation (pkg/logs)"},
 	"containerLogMaxSize":                        {class: honoured, note: "log rotation (pkg/logs)"},
 	"containerLogMaxWorkers":                     {class: warned, note: "one worker rotates every container's log"},
