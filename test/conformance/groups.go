@@ -50,6 +50,7 @@ var groupPrefixes = []struct{ prefix, group string }{
 	{"[sig-storage] CSI Mock VolumeLimitScaling", "sig-storage CSI Mock volume limit scaling"},
 	{"[sig-storage] CSI Mock volume node stage", "sig-storage CSI Mock NodeStage errors"},
 	{"[sig-storage] CSI Mock volume service account token", "sig-storage CSI Mock service account token"},
+	{"[sig-storage] CSI Mock volume storage capacity scoring", "sig-storage CSI Mock storage capacity scoring"},
 	{"[sig-storage] CSI Mock volume storage capacity", "sig-storage CSI Mock storage capacity"},
 	{"[sig-storage] CSI Mock workload info", "sig-storage CSI Mock workload info"},
 	{"[sig-storage] CSI Mock PVC Unused Condition", "sig-storage CSI Mock PVC unused"},

@@ -79,6 +79,13 @@ var conformanceBuilders = map[string]imageBuilder{
 	"etcd":                              etcdBuilder,
 	"e2e-test-images/kitten":            webserverBuilder("kitten"),
 	"e2e-test-images/nautilus":          webserverBuilder("nautilus"),
+	// The CSI Mock specs' manifests (csimock.go). The suite lists them under their public
+	// names, which no run pushes; the csimock scope moves them to the local registry
+	// (CSIMockImageRefs), so only its runs build them.
+	"sig-storage/csi-provisioner":           csiSidecarBuilder("csi-provisioner"),
+	"sig-storage/csi-attacher":              csiSidecarBuilder("csi-attacher"),
+	"sig-storage/csi-node-driver-registrar": csiRegistrarBuilder,
+	"sig-storage/hostpathplugin":            csiMockPluginBuilder,
 }
 
 // glibcDNSBuilder: upstream's image is Debian with dnsutils, for the DNS specs' glibc querier

@@ -7,6 +7,7 @@
 //	conformance -smoke     a few fast specs; exits non-zero on any failure
 //	conformance -compare   the Markdown table of docs/conformance.md from the last nodeagent and kubelet runs
 //	conformance -scope=all every [Conformance] spec on two nodes (results in <node>-all/)
+//	conformance -scope=csimock the [sig-storage] CSI Mock specs that run on one node (results in <node>-csimock/)
 //
 // Settings from the environment (flags win): CONFORMANCE_NODE (nodeagent | kubelet), CONFORMANCE_SCOPE, FOCUS,
 // SKIP, PROCS; the harness's own (NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR, NODEAGENT_RUNTIME).
@@ -31,7 +32,7 @@ func main() {
 	procs, _ := strconv.Atoi(os.Getenv("PROCS"))
 	opts := conformance.Options{}
 	smoke := flag.Bool("smoke", false, "run the smoke subset (conformance.SmokeSpecs) and exit non-zero on any failure")
-	flag.StringVar(&opts.Scope, "scope", os.Getenv("CONFORMANCE_SCOPE"), "empty for the node-local focus on one node; \"all\": every [Conformance] spec on two nodes, the [Serial] ones alone after the rest; \"node\": the [NodeConformance] specs that are not [Conformance], on two nodes")
+	flag.StringVar(&opts.Scope, "scope", os.Getenv("CONFORMANCE_SCOPE"), "empty for the node-local focus on one node; \"all\": every [Conformance] spec on two nodes, the [Serial] ones alone after the rest; \"node\": the [NodeConformance] specs that are not [Conformance], on two nodes; \"csimock\": the [sig-storage] CSI Mock specs that run on one node")
 	flag.StringVar(&opts.Agent, "node", envOr("CONFORMANCE_NODE", harness.AgentNodeagent), "the node agent: nodeagent or kubelet")
 	flag.StringVar(&opts.Focus, "focus", os.Getenv("FOCUS"), "ginkgo focus regexp (default: sig-node and node-local sig-storage [Conformance] specs)")
 	flag.StringVar(&opts.Skip, "skip", os.Getenv("SKIP"), "ginkgo skip regexp (default: "+conformance.DefaultSkip+")")
