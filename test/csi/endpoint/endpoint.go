@@ -3,12 +3,16 @@
 package endpoint
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"google.golang.org/grpc"
 )
 
 // SocketPath returns the path of a unix endpoint: unix:///p, unix:/p, unix://p or p.
@@ -43,4 +47,26 @@ func Listen(endpoint string) (net.Listener, string, error) {
 		return nil, "", err
 	}
 	return lis, path, nil
+}
+
+// Serve serves srv on lis until ctx ends, then stops it gracefully, forcing the stop of
+// calls still running after five seconds. It returns Serve's error if serving ends first.
+func Serve(ctx context.Context, srv *grpc.Server, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		srv.Stop()
+		<-stopped
+	}
+	<-errc
+	return nil
 }

@@ -156,23 +156,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	csi.RegisterControllerServer(srv, d)
 	csi.RegisterNodeServer(srv, d)
 	logger.Info("Serving CSI", "driver", d.cfg.DriverName, "node", d.cfg.NodeID, "socket", path, "stateDir", d.cfg.StateDir)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		srv.Stop()
-		<-stopped
-	}
-	<-errc
-	return nil
+	return endpoint.Serve(ctx, srv, lis)
 }
 
 // logCalls puts the logger into each request's context and logs every call's outcome:

@@ -184,23 +184,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	csi.RegisterNodeServer(srv, d)
 	logger.Info("Serving CSI", "driver", d.cfg.DriverName, "node", d.cfg.NodeID, "socket", path,
 		"stateDir", d.cfg.StateDir, "namespace", d.cfg.Namespace, "mountPodDelay", d.cfg.MountPodDelay)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		srv.Stop()
-		<-stopped
-	}
-	<-errc
-	return nil
+	return endpoint.Serve(ctx, srv, lis)
 }
 
 // GetPluginInfo returns the driver's name and version.

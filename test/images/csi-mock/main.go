@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
@@ -139,21 +138,5 @@ func serve(ctx context.Context, ep string, cfg mock.Config) error {
 	d.Register(srv)
 	logger.Info("Serving the mock CSI driver", "driver", cfg.DriverName, "node", cfg.NodeID, "socket", path,
 		"attach", cfg.EnableAttach, "attachLimit", cfg.AttachLimit, "topology", cfg.EnableTopology)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		srv.Stop()
-		<-stopped
-	}
-	<-errc
-	return nil
+	return endpoint.Serve(ctx, srv, lis)
 }
