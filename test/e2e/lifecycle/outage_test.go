@@ -72,15 +72,17 @@ type outageSuite struct {
 	first sync.Map
 }
 
-// createProbed creates busybox pods with a liveness and a readiness probe every 2 s, each
-// passing while its file (/tmp/alive, /tmp/ready) is there. The probes have 5 s to run:
+// createProbed creates busybox pods with a liveness and a readiness probe every 2 s: the
+// liveness probe passes until /tmp/dead exists (so that a first probe run before the shell
+// has made any file, on a loaded machine, does not kill the container), the readiness probe
+// while /tmp/ready is there. The probes have 5 s to run:
 // a runtime just restarted, restoring the shims of 50 pods on 2 cores, can take more than
 // the default second to run a command, which the kubelet too would count as a failure.
 func (o *outageSuite) createProbed(t *testing.T, names ...string) {
 	t.Helper()
 	grace := int64(1)
-	probe := func(file string) *corev1.Probe {
-		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", file}}},
+	probe := func(test ...string) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: append([]string{"test"}, test...)}},
 			PeriodSeconds: 2, FailureThreshold: 1, TimeoutSeconds: 5}
 	}
 	for _, name := range names {
@@ -91,9 +93,9 @@ func (o *outageSuite) createProbed(t *testing.T, names ...string) {
 				TerminationGracePeriodSeconds: &grace,
 				Containers: []corev1.Container{{
 					Name: "main", Image: harness.BusyboxImage,
-					Command:        []string{"sh", "-c", "touch /tmp/alive /tmp/ready; exec sleep 3600"},
-					LivenessProbe:  probe("/tmp/alive"),
-					ReadinessProbe: probe("/tmp/ready"),
+					Command:        []string{"sh", "-c", "touch /tmp/ready; exec sleep 3600"},
+					LivenessProbe:  probe("!", "-e", "/tmp/dead"),
+					ReadinessProbe: probe("-f", "/tmp/ready"),
 				}},
 			},
 		}
@@ -172,7 +174,7 @@ func (o *outageSuite) apiServerAway(t *testing.T, steady []string) {
 	// While it is away: the liveness pod's file goes (its container must be restarted by
 	// the agent alone), and one steady pod's readiness file.
 	unready := steady[len(steady)-1]
-	o.exec(t, rt, running["liveness"], "rm", "/tmp/alive")
+	o.exec(t, rt, running["liveness"], "touch", "/tmp/dead")
 	o.exec(t, rt, running[unready], "rm", "/tmp/ready")
 	restartedAlone := false
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
