@@ -35,11 +35,7 @@ func TestCSIOnlineExpansion(t *testing.T) {
 	cs := framework.Client(t)
 	ctx := framework.Context(t, 10*time.Minute)
 	ns, claim := hostpathClaim(t, ctx, "csi-expand")
-	spec := busyboxPod("grows", corev1.RestartPolicyAlways, "trap 'exit 0' TERM; echo before > /data/file; sleep 3600 & wait")
-	spec.Namespace = ns
-	spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
-	spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	spec := claimPod(ns, claim.Name, "grows", "trap 'exit 0' TERM; echo before > /data/file; sleep 3600 & wait")
 	pod := waitPod(t, createPod(t, spec), 3*time.Minute, runningAndReady)
 
 	pv, newSize := resizeAsController(t, ctx, ns, claim.Name)
@@ -82,15 +78,7 @@ func TestCSIOfflineExpansion(t *testing.T) {
 	cs := framework.Client(t)
 	ctx := framework.Context(t, 10*time.Minute)
 	ns, claim := hostpathClaim(t, ctx, "csi-offline-expand")
-	withClaim := func(name, script string) *corev1.Pod {
-		spec := busyboxPod(name, corev1.RestartPolicyAlways, script)
-		spec.Namespace = ns
-		spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
-		spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
-		return spec
-	}
-	first := waitPod(t, createPod(t, withClaim("writes", "trap 'exit 0' TERM; echo kept > /data/file; sleep 3600 & wait")), 3*time.Minute, runningAndReady)
+	first := waitPod(t, createPod(t, claimPod(ns, claim.Name, "writes", "trap 'exit 0' TERM; echo kept > /data/file; sleep 3600 & wait")), 3*time.Minute, runningAndReady)
 	deletePodAndWait(t, first)
 	claimNow, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
 	if err != nil {
@@ -111,7 +99,7 @@ func TestCSIOfflineExpansion(t *testing.T) {
 	})
 
 	pv, newSize := resizeAsController(t, ctx, ns, claim.Name)
-	second := waitPod(t, createPod(t, withClaim("reads", "trap 'exit 0' TERM; cat /data/file; sleep 3600 & wait")), 3*time.Minute, runningAndReady)
+	second := waitPod(t, createPod(t, claimPod(ns, claim.Name, "reads", "trap 'exit 0' TERM; cat /data/file; sleep 3600 & wait")), 3*time.Minute, runningAndReady)
 	// The expansion is part of the mount, which ends before the containers start: the claim
 	// has grown by the time the pod runs.
 	c, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
@@ -134,6 +122,16 @@ func TestCSIOfflineExpansion(t *testing.T) {
 		t.Errorf("the second pod read %q from the claim, want the first pod's %q", out, "kept")
 	}
 	deletePodAndWait(t, second)
+}
+
+// claimPod is a busybox pod of ns running script, with the claim mounted at /data.
+func claimPod(ns, claim, name, script string) *corev1.Pod {
+	spec := busyboxPod(name, corev1.RestartPolicyAlways, script)
+	spec.Namespace = ns
+	spec.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+	spec.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	return spec
 }
 
 // resizeAsController plays external-resizer's part after ControllerExpandVolume for the
