@@ -145,14 +145,24 @@ func TestQoSCgroups(t *testing.T) {
 		// The sandbox's pause and the container's sleep run in the pod cgroup, in
 		// every hierarchy, with the class's OOM score.
 		for _, ctl := range []string{"memory", "cpu", "pids"} {
-			procs := cgroupProcs(t, ctl, rel)
+			// A started container can still be runc's init for a moment, the
+			// longer on a loaded machine for a BestEffort one (cpu.shares 2):
+			// wait, with a deadline, for it to have become the sleep.
+			var procs map[int]string
 			var pause, sleep []int
-			for pid, cmd := range procs {
-				switch {
-				case strings.HasSuffix(strings.Fields(cmd + " x")[0], "pause"):
-					pause = append(pause, pid)
-				case strings.HasPrefix(cmd, "sleep 3600"):
-					sleep = append(sleep, pid)
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+				procs = cgroupProcs(t, ctl, rel)
+				pause, sleep = nil, nil
+				for pid, cmd := range procs {
+					switch {
+					case strings.HasSuffix(strings.Fields(cmd + " x")[0], "pause"):
+						pause = append(pause, pid)
+					case strings.HasPrefix(cmd, "sleep 3600"):
+						sleep = append(sleep, pid)
+					}
+				}
+				if len(pause) == 1 && len(sleep) == 1 || time.Now().After(deadline) {
+					break
 				}
 			}
 			if len(pause) != 1 || len(sleep) != 1 {

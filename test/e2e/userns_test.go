@@ -42,7 +42,26 @@ func parseIDMap(t *testing.T, what, out string) []idMapping {
 // returns its real uid and gid as the host sees them.
 func hostCredentials(t *testing.T, cmdline string) (uid, gid uint64) {
 	t.Helper()
+	// The shell execs into the command after writing its file: wait, with a
+	// deadline, for that exec to have happened.
 	var found []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		found = nil
+		uid, gid = scanCredentials(t, cmdline, &found)
+		if len(found) == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("processes %q on the host: %v, want one", cmdline, found)
+	}
+	return uid, gid
+}
+
+// scanCredentials appends to found every process whose command line is cmdline and
+// returns the real uid and gid of the last one.
+func scanCredentials(t *testing.T, cmdline string, found *[]string) (uid, gid uint64) {
+	t.Helper()
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatalf("read /proc: %v", err)
@@ -59,7 +78,7 @@ func hostCredentials(t *testing.T, cmdline string) (uid, gid uint64) {
 		if err != nil {
 			continue
 		}
-		found = append(found, p.Name())
+		*found = append(*found, p.Name())
 		for _, line := range strings.Split(string(status), "\n") {
 			f := strings.Fields(line)
 			if len(f) < 2 {
@@ -72,9 +91,6 @@ func hostCredentials(t *testing.T, cmdline string) (uid, gid uint64) {
 				gid, _ = strconv.ParseUint(f[1], 10, 64)
 			}
 		}
-	}
-	if len(found) != 1 {
-		t.Fatalf("processes %q on the host: %v, want one", cmdline, found)
 	}
 	return uid, gid
 }
