@@ -16,7 +16,6 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 )
 
@@ -61,11 +60,7 @@ func (d *Driver) close() {
 
 // dialDriver connects to a driver's socket and asks for its node facts.
 func dialDriver(ctx context.Context, name, endpoint string) (*Driver, error) {
-	target := endpoint
-	if !strings.HasPrefix(target, "unix://") {
-		target = "unix://" + target
-	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := newClient(strings.TrimPrefix(endpoint, "unix://"))
 	if err != nil {
 		return nil, fmt.Errorf("connect to CSI driver %s at %s: %w", name, endpoint, err)
 	}

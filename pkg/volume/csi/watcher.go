@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -199,7 +197,7 @@ func (w *Watcher) reconcile(ctx context.Context, sockets map[string]*socketState
 
 // register runs the handshake with one registration socket.
 func (w *Watcher) register(ctx context.Context, socket string) (name, endpoint string, err error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := newClient(socket)
 	if err != nil {
 		return "", "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,5 +159,46 @@ func TestWatcherRetriesAFailedRegistration(t *testing.T) {
 	}
 	if _, err := reg.Driver("late.csi.dev"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWatcherRegistersOverLongSocketPaths: a registration directory and a driver socket
+// at paths longer than a unix socket address holds (a root dir deeper than
+// /var/lib/kubelet, a driver named after a long namespace, as the upstream CSI mock
+// specs make) are registered, and the driver answers, all the same.
+func TestWatcherRegistersOverLongSocketPaths(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), "agent", "root")
+	regDir := filepath.Join(dir, "plugins_registry")
+	name := "csi-mock-csi-mock-volumes-fsgroup-mount-3357"
+	driverDir := filepath.Join(dir, "plugins", name)
+	if err := os.MkdirAll(driverDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	driverSock := filepath.Join(driverDir, "csi.sock")
+	regSock := filepath.Join(regDir, name+"-reg.sock")
+	if len(driverSock) <= 108 || len(regSock) <= 108 {
+		t.Fatalf("socket paths %q, %q: want both longer than a socket address holds", driverSock, regSock)
+	}
+	info := &recordingInfo{drivers: map[string]string{}}
+	reg := csi.NewRegistry(info)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- (&csi.Watcher{Dir: regDir, Registry: reg}).Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "watching", func() bool { _, err := os.Stat(regDir); return err == nil })
+
+	csitest.Serve(t, driverSock, &csitest.Driver{Name: name, NodeID: "node-long"})
+	r := &csitest.Registrar{Info: registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: name, Endpoint: driverSock,
+		SupportedVersions: []string{"1.0.0"}}, Status: make(chan *registerapi.RegistrationStatus, 4)}
+	csitest.ServeRegistrar(t, regSock, r)
+	if s := waitStatus(t, r.Status); !s.PluginRegistered {
+		t.Fatalf("status = %+v, want registered", s)
+	}
+	d, err := reg.Driver(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.NodeID != "node-long" || d.Endpoint != driverSock {
+		t.Fatalf("registered driver = %+v, want node ID node-long at %s", d, driverSock)
 	}
 }

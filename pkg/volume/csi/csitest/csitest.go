@@ -5,12 +5,15 @@ package csitest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -224,7 +227,7 @@ func ServeRegistrar(t testing.TB, path string, r *Registrar) (stop func()) {
 func serve(t testing.TB, path string, s *grpc.Server) func() {
 	t.Helper()
 	_ = os.Remove(path)
-	l, err := net.Listen("unix", path)
+	l, err := listenUnix(path)
 	if err != nil {
 		t.Fatalf("listen %s: %v", path, err)
 	}
@@ -238,4 +241,26 @@ func serve(t testing.TB, path string, s *grpc.Server) func() {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// listenUnix listens on a unix socket at path. A path longer than a socket address holds
+// is bound through its directory, opened, as /proc/self/fd/<n>/<name>, as a driver
+// container binds a short path that the node sees at a long one.
+func listenUnix(path string) (net.Listener, error) {
+	if len(path) < 108 {
+		return net.Listen("unix", path)
+	}
+	dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	l, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path)))
+	if err != nil {
+		return nil, err
+	}
+	// The name it was bound by stops meaning the socket once dir is closed: the
+	// caller removes path itself.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l, nil
 }
