@@ -53,12 +53,20 @@ var errAttachPending = errors.New("not attached yet")
 // failure when the wait ends, and then the pass's own back-off. An
 // attachment that failed ends the wait at once. The caller holds no lock
 // of the volume: a teardown of another pod of the volume, or its
-// expansion, does not wait for the attachment.
+// expansion, does not wait for the attachment. A driver whose CSIDriver
+// comes to say attachRequired=false while the volume waits (recreated so)
+// ends the wait with no publish context, as the kubelet, which asks the
+// CSIDriver at each look, stops waiting for such a volume.
 func (p *csiPlugin) waitAttached(ctx context.Context, name string, cv *csiVolume) (map[string]string, error) {
 	deadline := time.Now().Add(p.attachWait)
 	pause := 500 * time.Millisecond
 	for {
 		meta, err := p.attached(ctx, name, cv)
+		if errors.Is(err, errAttachPending) {
+			if pol, perr := p.policy(ctx, cv.driver); perr == nil && !pol.attachRequired {
+				return nil, nil
+			}
+		}
 		if !errors.Is(err, errAttachPending) || !time.Now().Add(pause).Before(deadline) {
 			return meta, err
 		}

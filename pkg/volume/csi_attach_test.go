@@ -191,6 +191,43 @@ func TestCSIAttachNotRequiredNotGated(t *testing.T) {
 	}
 }
 
+// TestCSIAttachNoLongerRequiredEndsTheWait: a volume waiting for its
+// attachment is staged and published, with no publish context, once its
+// driver's CSIDriver is recreated with attachRequired=false (the
+// controller then detaches it and never lists it attached).
+func TestCSIAttachNoLongerRequiredEndsTheWait(t *testing.T) {
+	ctx := context.Background()
+	pvc, pv := boundClaim("claim", "pv-1")
+	f := newCSIFixture(t, true, pvc, pv) // no CSIDriver: attachRequired defaults to true
+	f.mgr.pluginByName(csiPluginName).(*csiPlugin).attachWait = 20 * time.Second
+	node := &fakeNode{}
+	f.withNode(node)
+	name := uniqueVolumeName(testDriver, "handle-pv-1")
+	node.set([]v1.UniqueVolumeName{name}, nil)
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		if _, err := f.client.StorageV1().CSIDrivers().Create(ctx, csiDriverObject(false, false), metav1.CreateOptions{}); err != nil {
+			t.Error(err)
+		}
+	}()
+	start := time.Now()
+	if _, err := f.mgr.MountPod(ctx, claimPod("uid-a", "claim")); err != nil {
+		t.Fatalf("the pass failed instead of publishing once attaching was no longer required: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the pass took %v", took)
+	}
+	if node.readCount() < 2 {
+		t.Fatalf("the Node was read %d times: the pass never waited", node.readCount())
+	}
+	if got := f.driver.Calls(); !slices.Equal(got, []string{"NodeStageVolume handle-pv-1", "NodePublishVolume handle-pv-1"}) {
+		t.Fatalf("calls = %v", got)
+	}
+	if stage := f.driver.Last("NodeStageVolume").(*csipb.NodeStageVolumeRequest); len(stage.GetPublishContext()) != 0 {
+		t.Fatalf("publish context = %v, want none", stage.GetPublishContext())
+	}
+}
+
 // TestCSIAttachWaitHoldsNoLock: while one pod's volume waits for the
 // Node to list it attached, another pod of the same volume is torn down
 // (without unstaging it: the waiting pod has it recorded) and a pod of
