@@ -140,10 +140,14 @@ func TestFocus(t *testing.T) {
 			t.Errorf("selected(%q) = %v, want %v", tt.spec, got, tt.want)
 		}
 	}
+	// A smoke spec is one the default focus or the CSI Mock scope runs.
+	csiMock := func(s string) bool {
+		return regexp.MustCompile(csiMockFocus).MatchString(s) && !regexp.MustCompile(csiMockSkip).MatchString(s)
+	}
 	smoke := regexp.MustCompile(SmokeFocus())
 	for _, s := range SmokeSpecs {
-		if !smoke.MatchString(s) || !selected(s) {
-			t.Errorf("smoke spec %q is not selected by both the smoke and the default focus", s)
+		if !smoke.MatchString(s) || !selected(s) && !csiMock(s) {
+			t.Errorf("smoke spec %q is not selected by both the smoke focus and the default focus or the CSI Mock scope's", s)
 		}
 	}
 	if smoke.MatchString("[sig-storage] ConfigMap should be consumable from pods in volume with mappings [NodeConformance] [Conformance]") {

@@ -83,7 +83,10 @@ const (
 
 // SmokeSpecs are a few fast, reliable conformance specs that touch the main paths of a
 // node: a pod's status, its environment, the downward API, logs, and the configMap,
-// secret and emptyDir volumes.
+// secret and emptyDir volumes; and three CSI Mock specs, each deploying the mock driver
+// and its sidecars: an inline ephemeral volume with the pod's details in its volume
+// context, a volume attached before it is staged, and NodeStage failures answered
+// through the proxy to the mock inside e2e.test, then a NodeUnstage.
 var SmokeSpecs = []string{
 	"[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
 	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars [Conformance] [NodeConformance]",
@@ -93,6 +96,9 @@ var SmokeSpecs = []string{
 	"[sig-storage] ConfigMap should be consumable from pods in volume [Conformance] [NodeConformance]",
 	"[sig-storage] Secrets should be consumable from pods in volume [Conformance] [NodeConformance]",
 	"[sig-storage] EmptyDir volumes should support (root,0644,tmpfs) [LinuxOnly] [Conformance] [NodeConformance]",
+	"[sig-storage] CSI Mock workload info CSI workload information using mock driver contain ephemeral=true when using inline volume",
+	"[sig-storage] CSI Mock volume attach CSI attach test using mock driver should require VolumeAttach for drivers with attachment",
+	"[sig-storage] CSI Mock volume node stage CSI NodeStage error cases should call NodeUnstage after NodeStage success [Slow]",
 }
 
 // SmokeFocus is the focus that selects exactly SmokeSpecs.
@@ -126,6 +132,11 @@ type Options struct {
 	// FewImages skips the images that take a build of their own (the sample API server):
 	// for the smoke run, whose specs do not use them.
 	FewImages bool
+	// CSIMockDrivers readies the cluster for the drivers the CSI Mock specs deploy: the
+	// kubernetes Service, the sidecars built before the cluster comes up, the manifests'
+	// images at their local names, one node. ScopeCSIMock sets it; so does the smoke run,
+	// which has CSI Mock specs.
+	CSIMockDrivers bool
 }
 
 func (o *Options) complete() error {
@@ -159,6 +170,7 @@ func (o *Options) complete() error {
 			return fmt.Errorf("scope %q sets its own focus and skip", o.Scope)
 		}
 		o.Focus, o.Skip = csiMockFocus, csiMockSkip
+		o.CSIMockDrivers = true
 	default:
 		return fmt.Errorf("scope %q: want empty, %q, %q or %q", o.Scope, ScopeAll, ScopeNode, ScopeCSIMock)
 	}
@@ -201,7 +213,7 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 	if (opts.Scope == ScopeAll || opts.Scope == ScopeNode) && cfg.NodeCount == 0 {
 		cfg.NodeCount = 2
 	}
-	if opts.Scope == ScopeCSIMock {
+	if opts.CSIMockDrivers {
 		// The mock driver's sidecars reach the apiserver through the kubernetes Service.
 		cfg.Services = true
 	}
@@ -210,8 +222,8 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 	}
 	// The mock driver's pods run on the node the spec picks, and e2e.test rewrites their
 	// paths to the one --kubelet-root-dir: one node.
-	if opts.Scope == ScopeCSIMock && cfg.NodeCount != 1 {
-		return nil, fmt.Errorf("scope %q runs on one node, not %d", opts.Scope, cfg.NodeCount)
+	if opts.CSIMockDrivers && cfg.NodeCount != 1 {
+		return nil, fmt.Errorf("the CSI Mock specs run on one node, not %d", cfg.NodeCount)
 	}
 	buildStart := time.Now()
 	bin, err := cfg.EnsureConformance(ctx)
@@ -221,7 +233,7 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 	if cfg.BusyboxBinary, err = cfg.EnsureBusybox(ctx); err != nil {
 		return nil, fmt.Errorf("build busybox: %w", err)
 	}
-	if opts.Scope == ScopeCSIMock {
+	if opts.CSIMockDrivers {
 		// Minutes each when cold: before the cluster comes up, not while it waits.
 		if _, err := cfg.EnsureCSISidecars(ctx); err != nil {
 			return nil, fmt.Errorf("build the CSI sidecars: %w", err)
@@ -243,7 +255,7 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 	if err != nil {
 		return nil, err
 	}
-	if opts.Scope == ScopeCSIMock {
+	if opts.CSIMockDrivers {
 		if refs, err = cfg.CSIMockImageRefs(ctx, refs); err != nil {
 			return nil, fmt.Errorf("the CSI Mock manifests' images: %w", err)
 		}

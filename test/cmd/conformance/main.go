@@ -53,6 +53,7 @@ func main() {
 		}
 		opts.Name = "smoke-" + opts.Agent
 		opts.FewImages = true
+		opts.CSIMockDrivers = true
 	} else if opts.Scope != "" {
 		opts.Name = opts.Agent + "-" + opts.Scope
 	}
