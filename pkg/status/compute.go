@@ -81,7 +81,7 @@ func Compute(in Input) v1.PodStatus {
 		StartTime:          old.StartTime,
 	}
 	if st.StartTime == nil {
-		t := metav1.NewTime(in.Now)
+		t := metav1.NewTime(in.Now).Rfc3339Copy()
 		st.StartTime = &t
 	}
 	if len(in.NodeIPs) > 0 {
@@ -330,7 +330,9 @@ func timeOrZero(t time.Time) metav1.Time {
 // order; the manager keeps the others (DisruptionTarget, readiness gates,
 // …) from the apiserver.
 func conditions(pod *v1.Pod, st *v1.PodStatus, in Input) []v1.PodCondition {
-	now := metav1.NewTime(in.Now)
+	// At the precision the apiserver keeps: the next pass reads the time back from the
+	// pod and computes the same status, which is then not new to the status manager.
+	now := metav1.NewTime(in.Now).Rfc3339Copy()
 	mk := func(t v1.PodConditionType, ok bool, reason, msg string) v1.PodCondition {
 		c := v1.PodCondition{Type: t, Status: v1.ConditionFalse, Reason: reason, Message: msg,
 			LastTransitionTime: now, ObservedGeneration: pod.Generation}

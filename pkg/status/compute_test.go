@@ -1,10 +1,12 @@
 package status
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -195,5 +197,27 @@ func TestComputeTerminationMessage(t *testing.T) {
 				t.Errorf("terminated %+v, want message %q", term, tc.want)
 			}
 		})
+	}
+}
+
+// TestComputeAgainFromWrittenStatus: the status computed from the pod as the apiserver
+// returns it after the first write (times at the second) is the same as the first, so an
+// unchanged pod gives the status manager nothing new to write, or to read the pod for.
+func TestComputeAgainFromWrittenStatus(t *testing.T) {
+	in := Input{Pod: pod(v1.RestartPolicyAlways), Observed: observed(ctr("c", runtime.ContainerRunning, 0)),
+		Now: t0.Add(5*time.Second + 123456789*time.Nanosecond)}
+	first := Compute(in)
+	b, err := json.Marshal(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := in
+	again.Pod = in.Pod.DeepCopy()
+	if err := json.Unmarshal(b, &again.Pod.Status); err != nil {
+		t.Fatal(err)
+	}
+	again.Now = in.Now.Add(30 * time.Second)
+	if second := Compute(again); !apiequality.Semantic.DeepEqual(first, second) {
+		t.Fatalf("the status computed again from the written one differs:\nfirst  %+v\nsecond %+v", first, second)
 	}
 }
