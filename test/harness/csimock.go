@@ -42,11 +42,7 @@ const publicRegistry = "registry.k8s.io/"
 // the CSI Mock manifests of the pinned release name at its local name, which is where the
 // specs' pods pull it from, in place of its public one.
 func (c *Config) CSIMockImageRefs(ctx context.Context, refs []string) ([]string, error) {
-	version, err := KubeVersion(c.RepoDir)
-	if err != nil {
-		return nil, err
-	}
-	mod, err := goModDownload(ctx, "k8s.io/kubernetes@"+version)
+	_, mod, err := c.kubernetesModule(ctx)
 	if err != nil {
 		return nil, err
 	}

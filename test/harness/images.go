@@ -222,11 +222,7 @@ type baseImages struct {
 
 // buildBaseImages builds pause, busybox and agnhost.
 func (c *Config) buildBaseImages(ctx context.Context, upstreamBin string) (*baseImages, error) {
-	version, err := KubeVersion(c.RepoDir)
-	if err != nil {
-		return nil, err
-	}
-	mod, err := goModDownload(ctx, "k8s.io/kubernetes@"+version)
+	version, mod, err := c.kubernetesModule(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -273,6 +273,16 @@ type moduleInfo struct {
 	Dir   string // its extracted source
 }
 
+// kubernetesModule downloads (or finds in the module cache) k8s.io/kubernetes at the
+// pinned release, for its manifests and sources; version is that release.
+func (c *Config) kubernetesModule(ctx context.Context) (version string, mod moduleInfo, err error) {
+	if version, err = KubeVersion(c.RepoDir); err != nil {
+		return "", moduleInfo{}, err
+	}
+	mod, err = goModDownload(ctx, "k8s.io/kubernetes@"+version)
+	return version, mod, err
+}
+
 func goModDownload(ctx context.Context, modVersion string) (moduleInfo, error) {
 	var info moduleInfo
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", modVersion)
