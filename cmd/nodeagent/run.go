@@ -155,6 +155,10 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	// The volume manager is built after the node controller (it sizes
 	// memory-backed volumes by allocatable) and before anything runs.
 	var volumes *volume.Manager
+	// The agent's own Node, from a watch of that one object: the node
+	// status, the pod CIDR, admission and the volumes' attachments read it
+	// there, as the kubelet reads its Node from an informer.
+	ownNode, nodeInformers := watchOwnNode(client, cfg.nodeName)
 	nodeCtrl, err := node.New(node.Config{
 		// The node's readiness includes the PLEG's health, as a kubelet's.
 		HealthChecks:           []node.HealthCheck{{Name: "PLEG", Check: podEvents.Healthy}},
@@ -184,6 +188,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		VolumesInUse:           func() []v1.UniqueVolumeName { return volumes.VolumesInUse() },
 		Pressure:               pressure,
 		Recorder:               recorder,
+		Watched:                ownNode,
 	})
 	if err != nil {
 		return err
@@ -196,12 +201,11 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		return err
 	}
 	// With the attach/detach controller managing the node's attachments,
-	// its word (the Node's status.volumesAttached) is read from a watch of
-	// the Node, not fetched for each volume.
-	var ownNode func() (*v1.Node, error)
-	var nodeInformers informers.SharedInformerFactory
+	// its word (the Node's status.volumesAttached) is read from the watch
+	// of the Node, not fetched for each volume.
+	var attachedFrom func() (*v1.Node, error)
 	if *kc.EnableControllerAttachDetach {
-		ownNode, nodeInformers = watchOwnNode(client, cfg.nodeName)
+		attachedFrom = ownNode
 	}
 	volumes, err = volume.NewManager(volume.Config{
 		RootDir:     cfg.rootDir,
@@ -210,7 +214,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		NodeName:    types.NodeName(cfg.nodeName),
 		Allocatable: nodeCtrl.Allocatable,
 		CSIDrivers:  csiNode.registry,
-		Node:        ownNode,
+		Node:        attachedFrom,
 		Recorder:    recorder,
 	})
 	if err != nil {
@@ -438,14 +442,12 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		envInformers.Shutdown()
 		return nil
 	})
-	if nodeInformers != nil {
-		g.Go(func() error {
-			nodeInformers.Start(gctx.Done())
-			<-gctx.Done()
-			nodeInformers.Shutdown()
-			return nil
-		})
-	}
+	g.Go(func() error {
+		nodeInformers.Start(gctx.Done())
+		<-gctx.Done()
+		nodeInformers.Shutdown()
+		return nil
+	})
 	return g.Wait()
 }
 

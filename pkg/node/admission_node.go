@@ -4,7 +4,6 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -16,11 +15,12 @@ import (
 // and resources. A Node without allocatable yet gets the agent's own.
 // It never returns an error; its signature is that of a node getter.
 func (c *Controller) AdmissionNode(ctx context.Context) (*v1.Node, error) {
-	n, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+	n, err := c.getNode(ctx)
 	if err != nil {
 		klog.FromContext(ctx).Info("Admitting against the local node: reading the Node failed", "err", err.Error())
 		return c.localNode(), nil
 	}
+	n = n.DeepCopy()
 	if len(n.Status.Allocatable) == 0 {
 		n.Status.Allocatable = c.Allocatable()
 	}

@@ -97,6 +97,12 @@ type Config struct {
 	// PodCIDRPollPeriod is how often the Node is read for a new
 	// spec.podCIDR to hand the runtime. Zero means 5s.
 	PodCIDRPollPeriod time.Duration
+	// Watched reads this node's Node from a watch of it, as the kubelet
+	// reads its own Node from an informer: the status updates, the pod
+	// CIDR hand-over and admission read it there instead of asking the
+	// apiserver each time. While the watch has no Node (not synced yet,
+	// or the Node gone) they GET it. Optional: nil always GETs.
+	Watched func() (*v1.Node, error)
 
 	// KubeletPort is daemonEndpoints.kubeletEndpoint.Port.
 	KubeletPort int32

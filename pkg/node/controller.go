@@ -64,13 +64,23 @@ func New(cfg Config) (*Controller, error) {
 		nodeUID:         c.nodeUID,
 	}
 	c.podCIDR = &podCIDRSyncer{
-		client:   cfg.Client,
-		runtime:  cfg.Runtime,
-		clock:    cfg.Clock,
-		nodeName: cfg.NodeName,
-		period:   cfg.PodCIDRPollPeriod,
+		getNode: c.getNode,
+		runtime: cfg.Runtime,
+		clock:   cfg.Clock,
+		period:  cfg.PodCIDRPollPeriod,
 	}
 	return c, nil
+}
+
+// getNode reads this node's Node from the watch when it has it, else from
+// the apiserver. The caller must not modify what it returns.
+func (c *Controller) getNode(ctx context.Context) (*v1.Node, error) {
+	if c.cfg.Watched != nil {
+		if n, err := c.cfg.Watched(); err == nil && n != nil {
+			return n, nil
+		}
+	}
+	return c.cfg.Client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
 }
 
 func (c *Controller) nodeUID() types.UID {

@@ -2,11 +2,14 @@ package node
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -243,5 +246,74 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	_, err := New(Config{NodeName: "n"})
 	if err == nil || !strings.Contains(err.Error(), "client, runtime and host are required") {
 		t.Fatalf("New = %v", err)
+	}
+}
+
+// With a watch of the Node, the periodic reads (status updates, the pod
+// CIDR, admission) come from it and not from the apiserver; while the
+// watch has no Node they GET it, so a deleted Node is still registered
+// again.
+func TestWatchedNodeReadsNoApiserver(t *testing.T) {
+	var watchHasNode atomic.Bool
+	var e *testEnv
+	e = newTestEnv(t, func(c *Config) {
+		c.Watched = func() (*v1.Node, error) {
+			if !watchHasNode.Load() {
+				return nil, apierrors.NewNotFound(v1.Resource("nodes"), "nodeagent-node")
+			}
+			// The tracker is the fake apiserver's store: reading it is not a request.
+			o, err := e.client.Tracker().Get(v1.SchemeGroupVersion.WithResource("nodes"), "", "nodeagent-node")
+			if err != nil {
+				return nil, err
+			}
+			return o.(*v1.Node), nil
+		}
+	})
+	ctx := context.Background()
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.setPodCIDR(t, "10.244.1.0/24")
+	watchHasNode.Store(true)
+	gets := func() int { return e.countActions("get", "nodes") }
+	before := gets()
+	for i := 0; i < 5; i++ {
+		e.clock.Step(10 * time.Second)
+		if err := e.ctrl.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.ctrl.podCIDR.sync(ctx)
+		if _, err := e.ctrl.AdmissionNode(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := gets() - before; got != 0 {
+		t.Errorf("%d node GETs with the watch holding the Node, want 0", got)
+	}
+	if got := e.rt.sentPodCIDRs(); !slices.Equal(got, []string{"10.244.1.0/24"}) {
+		t.Errorf("runtime got pod CIDRs %v from the watched Node", got)
+	}
+	// A change is still written, computed from the watched Node.
+	e.rt.set(func(f *fakeRuntime) { f.images = f.images[:1] })
+	e.clock.Step(10 * time.Second)
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(e.node(t).Status.Images); got != 1 {
+		t.Errorf("%d images in the status after the change, want 1", got)
+	}
+
+	// The Node deleted: the watch loses it, the apiserver confirms, the
+	// Node is registered again.
+	watchHasNode.Store(false)
+	if err := e.client.CoreV1().Nodes().Delete(ctx, "nodeagent-node", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(10 * time.Second)
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.countActions("create", "nodes"); got != 2 {
+		t.Errorf("%d node creates, want 2 (registered again)", got)
 	}
 }

@@ -7,14 +7,13 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
-// defaultPodCIDRPollPeriod is how often the Node is read for its pod CIDR.
+// defaultPodCIDRPollPeriod is how often the Node is read for its pod CIDR:
+// from the watch of the Node, so no request to the apiserver once it has it.
 const defaultPodCIDRPollPeriod = 5 * time.Second
 
 // podCIDRSyncer hands the runtime the Node's spec.podCIDR once the
@@ -22,11 +21,11 @@ const defaultPodCIDRPollPeriod = 5 * time.Second
 // the kubelet does: a runtime whose network plugin takes the pod range from
 // its runtime config learns it this way.
 type podCIDRSyncer struct {
-	client   kubernetes.Interface
-	runtime  Runtime
-	clock    clock.Clock
-	nodeName string
-	period   time.Duration
+	// getNode reads the Node, from the watch when it has it.
+	getNode func(context.Context) (*v1.Node, error)
+	runtime Runtime
+	clock   clock.Clock
+	period  time.Duration
 	// sent is the CIDR the runtime last accepted; a failed hand-over is
 	// tried again at the next poll.
 	sent string
@@ -48,7 +47,7 @@ func (p *podCIDRSyncer) run(ctx context.Context) {
 // new. A Node that cannot be read is tried again at the next poll.
 func (p *podCIDRSyncer) sync(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	n, err := p.client.CoreV1().Nodes().Get(ctx, p.nodeName, metav1.GetOptions{})
+	n, err := p.getNode(ctx)
 	if err != nil {
 		return
 	}

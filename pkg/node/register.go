@@ -90,7 +90,7 @@ func reconcileMeta(want, have *v1.Node, userLabels bool) {
 // registered again.
 func (c *Controller) updateStatus(ctx context.Context, obs observation, now metav1.Time) error {
 	logger := klog.FromContext(ctx)
-	existing, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+	existing, err := c.getNode(ctx)
 	if apierrors.IsNotFound(err) {
 		logger.Info("Node object was deleted, registering it again")
 		c.registered = false
