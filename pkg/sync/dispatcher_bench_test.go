@@ -59,7 +59,8 @@ func statusWritten(pod *v1.Pod, version string, probed time.Time) *v1.Pod {
 // the status changed, so the worker keeps the pod for its next pass and is not woken.
 func BenchmarkDispatcherStatusUpdate(b *testing.B) {
 	d := benchDispatcher(b)
-	pod := basePod(typical)
+	// Generation 1, as the apiserver sets it on a new pod.
+	pod := basePod(typical, func(p *v1.Pod) { p.Generation = 1 })
 	d.UpsertPod(statusWritten(pod, "1", t0))
 	d.mu.Lock()
 	w := d.workers[pod.UID]
