@@ -46,6 +46,9 @@ type options struct {
 	// profile, when set, is the length of a CPU profile of nodeagent taken from the start
 	// of its first round, written beside the JSON results.
 	profile time.Duration
+	// heap writes nodeagent's heap profile at the end of its hold with the pods running,
+	// in the first round of each pod count, beside the JSON results.
+	heap bool
 }
 
 func main() {
@@ -60,6 +63,7 @@ func main() {
 	flag.BoolVar(&o.probe, "probe", false, "give every pod an exec readiness probe run each second (the probes' cost shows in CPU with pods)")
 	flag.BoolVar(&o.pvc, "pvc", false, "give every pod a fresh 1Mi claim of the hostpath CSI driver's StorageClass ("+harness.CSIHostpathStorageClass+"), mounted; the cluster runs the driver (one more pod); sides nodeagent,kubelet")
 	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of its first round (bench/results/nodeagent-cpu.pprof)")
+	flag.BoolVar(&o.heap, "heap", false, "write nodeagent's heap profile (in use after a GC) at the end of its hold with N pods running, first round of each pod count (bench/results/nodeagent-heap-<N>pods.pprof)")
 	flag.Parse()
 	sidesSet, nSet := false, false
 	flag.Visit(func(f *flag.Flag) {
@@ -261,6 +265,13 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		}
 		c1, _ := cpuSeconds(pid)
 		held.cpu = c1 - c0
+		if side == harness.AgentNodeagent && o.heap && len(r.Rounds) == 0 {
+			// After the hold's figures: the profile's GC and transfer are not in them.
+			path := filepath.Join(o.outDir, fmt.Sprintf("nodeagent-heap-%dpods.pprof", o.n))
+			if err := heapProfile(ctx, cs, path); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			}
+		}
 		return nil
 	})
 	if perr := <-profiled; perr != nil {

@@ -32,3 +32,21 @@ func cpuProfile(ctx context.Context, cs kubernetes.Interface, d time.Duration, p
 	}
 	return os.WriteFile(path, data, 0o644)
 }
+
+// heapProfile writes the agent's heap profile, the memory in use after a garbage
+// collection (/debug/pprof/heap?gc=1, through the node proxy), to path.
+func heapProfile(ctx context.Context, cs kubernetes.Interface, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	data, err := cs.CoreV1().RESTClient().Get().
+		AbsPath("/api/v1/nodes", harness.NodeName, "proxy/debug/pprof/heap").
+		Param("gc", "1").
+		DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
