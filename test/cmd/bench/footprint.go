@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// memory returns VmRSS and VmHWM of pid in MiB.
-func memory(pid int) (rss, hwm float64, err error) {
+// memory returns VmRSS, VmHWM and RssAnon of pid in MiB.
+func memory(pid int) (rss, hwm, anon float64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -30,9 +30,11 @@ func memory(pid int) (rss, hwm float64, err error) {
 			rss = kb / 1024
 		case "VmHWM:":
 			hwm = kb / 1024
+		case "RssAnon:":
+			anon = kb / 1024
 		}
 	}
-	return rss, hwm, sc.Err()
+	return rss, hwm, anon, sc.Err()
 }
 
 // cpuSeconds returns utime + stime of pid.

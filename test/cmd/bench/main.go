@@ -239,7 +239,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		return err
 	}
 	cpu1, _ := cpuSeconds(pid)
-	rssIdle, _, _ := memory(pid)
+	rssIdle, _, _, _ := memory(pid)
 	mark := markAudit(cfg.AuditLog())
 	profiled := make(chan error, 1)
 	if side == harness.AgentNodeagent && o.profile > 0 && len(r.Rounds) == 0 {
@@ -253,11 +253,11 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		sample: func() (cpuSample, error) { return sampleCPU(pids) }}
 	// What the hold with the pods running measures, kept until the round has ended well.
 	var held struct {
-		rss, cpu float64
-		requests heldRequests
+		rss, anon, cpu float64
+		requests       heldRequests
 	}
 	res, err := startupRound(ctx, cs, rt, w, func() error {
-		held.rss, _, _ = memory(pid)
+		held.rss, _, held.anon, _ = memory(pid)
 		c0, _ := cpuSeconds(pid)
 		var err error
 		if held.requests, err = auditedHold(ctx, cfg.AuditLog(), o.hold); err != nil {
@@ -284,12 +284,13 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	if err != nil {
 		return err
 	}
-	rssAfter, hwm, _ := memory(pid)
+	rssAfter, hwm, _, _ := memory(pid)
 	r.Rounds = append(r.Rounds, res)
 	r.RSSIdle = append(r.RSSIdle, rssIdle)
 	r.CPUIdle = append(r.CPUIdle, cpu1-cpu0)
 	r.RequestsPerMinIdle = append(r.RequestsPerMinIdle, idle.perMinute)
 	r.RSSPods = append(r.RSSPods, held.rss)
+	r.AnonPods = append(r.AnonPods, held.anon)
 	r.CPUPods = append(r.CPUPods, held.cpu)
 	r.RequestsHeld = append(r.RequestsHeld, float64(held.requests.n))
 	r.RequestsHeldBy = append(r.RequestsHeldBy, held.requests.by)

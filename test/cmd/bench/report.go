@@ -28,14 +28,17 @@ func dist(xs []float64) Dist {
 
 // sideResult is everything measured of one side over all rounds.
 type sideResult struct {
-	Rounds   []roundResult `json:"rounds"`
-	RSSIdle  []float64     `json:"rssIdleMiB,omitempty"`
-	RSSPods  []float64     `json:"rssWithPodsMiB,omitempty"`
-	RSSAfter []float64     `json:"rssAfterDeleteMiB,omitempty"`
-	HWM      []float64     `json:"hwmMiB,omitempty"`
-	CPUPods  []float64     `json:"cpuSecondsWithPods,omitempty"`
-	CPUIdle  []float64     `json:"cpuSecondsIdle,omitempty"`
-	Requests []float64     `json:"apiserverRequests,omitempty"`
+	Rounds  []roundResult `json:"rounds"`
+	RSSIdle []float64     `json:"rssIdleMiB,omitempty"`
+	RSSPods []float64     `json:"rssWithPodsMiB,omitempty"`
+	// AnonPods is RssAnon with the pods: VmRSS less the pages of files (the binary's
+	// text and data), what the agent's own data takes.
+	AnonPods []float64 `json:"rssAnonWithPodsMiB,omitempty"`
+	RSSAfter []float64 `json:"rssAfterDeleteMiB,omitempty"`
+	HWM      []float64 `json:"hwmMiB,omitempty"`
+	CPUPods  []float64 `json:"cpuSecondsWithPods,omitempty"`
+	CPUIdle  []float64 `json:"cpuSecondsIdle,omitempty"`
+	Requests []float64 `json:"apiserverRequests,omitempty"`
 	// RequestsHeld are the node's requests over the hold with N pods running (they are
 	// in Requests too), RequestsHeldBy their split by verb and resource.
 	RequestsHeld   []float64        `json:"apiserverRequestsDuringHoldWithPods,omitempty"`
@@ -79,6 +82,7 @@ var baseFigures = []figure{
 	{"delete all → nothing left (s)", fromRounds(func(r roundResult) float64 { return r.Deleted })},
 	{"VmRSS idle (MiB)", func(s sideResult) []float64 { return s.RSSIdle }},
 	{"VmRSS with N pods (MiB)", func(s sideResult) []float64 { return s.RSSPods }},
+	{"RssAnon with N pods (MiB; VmRSS less the binary's file pages)", func(s sideResult) []float64 { return s.AnonPods }},
 	{"VmRSS after delete (MiB)", func(s sideResult) []float64 { return s.RSSAfter }},
 	{"VmHWM (MiB)", func(s sideResult) []float64 { return s.HWM }},
 	{"CPU s over the hold, N pods running", func(s sideResult) []float64 { return s.CPUPods }},
