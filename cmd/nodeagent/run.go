@@ -141,7 +141,15 @@ func run(ctx context.Context, cfg *agentConfig) error {
 
 	recorder, stopEvents := newEventRecorder(ctx, client, cfg.nodeName)
 	defer stopEvents()
-	statusMgr, err := status.NewManager(status.Config{Client: client, Metrics: agentMetrics})
+	// The source comes before the status manager, which merges statuses
+	// with its copies of the pods, and before the dispatcher, which asks
+	// it whether every pod has been listed; the dispatcher is its handler
+	// once built.
+	source, err := config.NewAPISource(config.Config{Client: client, NodeName: cfg.nodeName})
+	if err != nil {
+		return err
+	}
+	statusMgr, err := status.NewManager(status.Config{Client: client, Metrics: agentMetrics, Cached: source.Pod})
 	if err != nil {
 		return err
 	}
@@ -231,12 +239,6 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		Version:  majorMinor(cfg.version),
 		Metrics:  agentMetrics,
 	})
-	if err != nil {
-		return err
-	}
-	// The source comes before the dispatcher, which asks it whether every
-	// pod has been listed; the dispatcher is its handler once built.
-	source, err := config.NewAPISource(config.Config{Client: client, NodeName: cfg.nodeName})
 	if err != nil {
 		return err
 	}

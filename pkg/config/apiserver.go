@@ -130,6 +130,18 @@ func (s *APISource) handlerOf(h Handler, obj any) Handler {
 	return h
 }
 
+// Pod returns the pod bound here of that namespace and name as the watch
+// last saw it, and whether it has one. It is shared and must not be
+// modified.
+func (s *APISource) Pod(namespace, name string) (*v1.Pod, bool) {
+	obj, ok, err := s.informer.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	pod, ok := obj.(*v1.Pod)
+	return pod, ok
+}
+
 // MirrorPods returns the mirror pods bound here as last listed. They are
 // shared and must not be modified.
 func (s *APISource) MirrorPods() []*v1.Pod {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -38,6 +39,11 @@ type Config struct {
 	// Metrics counts the container terminations the statuses show; nil
 	// counts nothing.
 	Metrics Metrics
+	// Cached returns a pod as the agent's watch of its pods last saw it
+	// (shared, never modified). A status write merges with it instead of
+	// GETting the pod, as long as it is not older than the pod the
+	// agent's own last write of that pod returned; nil always GETs.
+	Cached func(namespace, name string) (*v1.Pod, bool)
 }
 
 // Manager is the one writer of pod statuses. Callers hand it the latest
@@ -65,6 +71,10 @@ type entry struct {
 	deleteWhenDone bool
 	retryAt        time.Time
 	backoff        time.Duration
+	// writtenVersion is the resourceVersion of the pod the agent's last
+	// status patch returned: a cached pod older than that does not have
+	// the agent's own last write and is not merged with.
+	writtenVersion string
 }
 
 // NewManager builds a Manager.
@@ -262,7 +272,7 @@ func isStatic(pod *v1.Pod) bool {
 func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool) error {
 	ns, name, uid := e.namespace, e.name, e.uid
 	pods := m.cfg.Client.CoreV1().Pods(ns)
-	cur, err := pods.Get(ctx, name, metav1.GetOptions{})
+	cur, err := m.current(ctx, e)
 	if e.mirrorHash != "" {
 		// A static pod's status goes to its mirror pod, under the mirror
 		// pod's UID, as the kubelet translates it; a mirror pod of
@@ -288,7 +298,8 @@ func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool
 		return err
 	}
 	if string(patch) != "{}" {
-		if _, err := pods.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		written, err := pods.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		if err != nil {
 			if e.mirrorHash != "" && (apierrors.IsNotFound(err) || apierrors.IsConflict(err)) {
 				return errNoMirror // the mirror pod was replaced meanwhile
 			}
@@ -298,6 +309,9 @@ func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool
 			}
 			return fmt.Errorf("patch status: %w", err)
 		}
+		m.mu.Lock()
+		e.writtenVersion = written.ResourceVersion
+		m.mu.Unlock()
 		klog.FromContext(ctx).V(3).Info("Wrote pod status", "pod", klog.KRef(ns, name), "phase", merged.Phase)
 	}
 	if del {
@@ -310,6 +324,34 @@ func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool
 		m.Forget(e.uid)
 	}
 	return nil
+}
+
+// current is the pod a status write merges with: the watch's copy when it
+// is of the same pod and holds the agent's last write of it (its
+// resourceVersion not older than the one that write returned), else the
+// apiserver's. A static pod's mirror pod is always read from the
+// apiserver. The watch's copy is shared and must not be modified.
+func (m *Manager) current(ctx context.Context, e *entry) (*v1.Pod, error) {
+	if m.cfg.Cached != nil && e.mirrorHash == "" {
+		m.mu.Lock()
+		written := e.writtenVersion
+		m.mu.Unlock()
+		if pod, ok := m.cfg.Cached(e.namespace, e.name); ok && pod.UID == e.uid && notOlder(pod.ResourceVersion, written) {
+			return pod, nil
+		}
+	}
+	return m.cfg.Client.CoreV1().Pods(e.namespace).Get(ctx, e.name, metav1.GetOptions{})
+}
+
+// notOlder says whether resourceVersion rv is at least written, "" being
+// no write yet. Versions that do not compare (not the apiserver's
+// integers) are taken as older, so the pod is read from the apiserver.
+func notOlder(rv, written string) bool {
+	if written == "" {
+		return true
+	}
+	c, err := resourceversion.CompareResourceVersion(rv, written)
+	return err == nil && c >= 0
 }
 
 // statusPatch is a strategic merge patch from old to st that also carries
