@@ -44,7 +44,7 @@ type options struct {
 	// cluster runs the driver, and there is no floor.
 	pvc bool
 	// profile, when set, is the length of a CPU profile of nodeagent taken from the start
-	// of its first round, written beside the JSON results.
+	// of its first round of each pod count, written beside the JSON results.
 	profile time.Duration
 	// heap writes nodeagent's heap profile at the end of its hold with the pods running,
 	// in the first round of each pod count, beside the JSON results.
@@ -62,7 +62,7 @@ func main() {
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON results")
 	flag.BoolVar(&o.probe, "probe", false, "give every pod an exec readiness probe run each second (the probes' cost shows in CPU with pods)")
 	flag.BoolVar(&o.pvc, "pvc", false, "give every pod a fresh 1Mi claim of the hostpath CSI driver's StorageClass ("+harness.CSIHostpathStorageClass+"), mounted; the cluster runs the driver (one more pod); sides nodeagent,kubelet")
-	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of its first round (bench/results/nodeagent-cpu.pprof)")
+	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of its first round, of each pod count (bench/results/nodeagent-cpu-<N>pods.pprof)")
 	flag.BoolVar(&o.heap, "heap", false, "write nodeagent's heap profile (in use after a GC) at the end of its hold with N pods running, first round of each pod count (bench/results/nodeagent-heap-<N>pods.pprof)")
 	flag.Parse()
 	sidesSet, nSet := false, false
@@ -136,12 +136,9 @@ func run(ctx context.Context, o options) error {
 
 	stamp := time.Now().UTC().Format("20060102-150405")
 	var runs []podsRun
-	for i, n := range o.ns {
+	for _, n := range o.ns {
 		po := o
 		po.n = n
-		if i > 0 {
-			po.profile = 0 // the profile is of the first pod count's first round
-		}
 		if o.scale {
 			fmt.Fprintf(os.Stdout, "\n## N = %d\n\n", n)
 		}
@@ -244,7 +241,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	profiled := make(chan error, 1)
 	if side == harness.AgentNodeagent && o.profile > 0 && len(r.Rounds) == 0 {
 		go func() {
-			profiled <- cpuProfile(ctx, cs, o.profile, filepath.Join(o.outDir, "nodeagent-cpu.pprof"))
+			profiled <- cpuProfile(ctx, cs, o.profile, filepath.Join(o.outDir, fmt.Sprintf("nodeagent-cpu-%dpods.pprof", o.n)))
 		}()
 	} else {
 		profiled <- nil
