@@ -62,12 +62,27 @@ func MainWith(m *testing.M, cfg *harness.Config) {
 	os.Exit(code)
 }
 
+// upTimeout bounds bringing the cluster up, the first time with every build (about 25
+// minutes on a fresh machine of 2 cores); downTimeout bounds the teardown. Each has its
+// own context: the teardown never inherits what the build and the tests used up of a
+// shared deadline (on a fresh machine it once started with none left, and every stop
+// failed at once).
+const (
+	upTimeout   = 50 * time.Minute
+	downTimeout = 5 * time.Minute
+)
+
 func mainCode(m *testing.M, cfg *harness.Config) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	down := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), downTimeout)
+		defer cancel()
+		return harness.Down(ctx, cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
 	defer cancel()
 	if err := harness.Up(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the harness cluster did not come up: %v\n", err)
-		if derr := harness.Down(ctx, cfg); derr != nil {
+		if derr := down(); derr != nil {
 			fmt.Fprintf(os.Stderr, "teardown after the failure: %v\n", derr)
 		}
 		return 1
@@ -78,7 +93,7 @@ func mainCode(m *testing.M, cfg *harness.Config) int {
 		fmt.Fprintf(os.Stderr, "NODEAGENT_KEEP=1: the cluster stays up\n%s", cfg.Env())
 		return code
 	}
-	if err := harness.Down(ctx, cfg); err != nil {
+	if err := down(); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: teardown: %v\n", err)
 		return 1
 	}
