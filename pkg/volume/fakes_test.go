@@ -76,6 +76,9 @@ type tokenReactor struct {
 	clock    *testclock.FakeClock
 	requests []*authenticationv1.TokenRequest
 	fail     error
+	// failNext answers the next requests, one error each, before fail.
+	failNext []error
+	attempts int
 }
 
 func (r *tokenReactor) react(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -84,6 +87,12 @@ func (r *tokenReactor) react(action k8stesting.Action) (bool, runtime.Object, er
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.attempts++
+	if len(r.failNext) > 0 {
+		err := r.failNext[0]
+		r.failNext = r.failNext[1:]
+		return true, nil, err
+	}
 	if r.fail != nil {
 		return true, nil, r.fail
 	}

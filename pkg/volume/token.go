@@ -8,11 +8,18 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
+
+// forbiddenRetries are the waits before asking again for a pod's first
+// token when the apiserver refused it (Forbidden): the Node authorizer
+// learns that a pod is bound here from its own watch, which may be a
+// moment behind the agent's, and refuses the token until it has.
+var forbiddenRetries = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
 
 const (
 	defaultTokenExpiration int64 = 3600
@@ -99,7 +106,7 @@ func (s *tokenSource) tokenExpiring(ctx context.Context, pod *v1.Pod, p *v1.Serv
 	if p.Audience != "" {
 		req.Spec.Audiences = []string{p.Audience}
 	}
-	resp, err := s.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, account, req, metav1.CreateOptions{})
+	resp, err := s.createToken(ctx, pod.Namespace, account, req, !ok)
 	if err != nil {
 		if ok && now.Before(cached.expires) {
 			// The old token still works; try again next sync.
@@ -146,6 +153,24 @@ func (s *tokenSource) forget(uid types.UID) {
 	for k := range s.cache {
 		if k.podUID == uid {
 			delete(s.cache, k)
+		}
+	}
+}
+
+// createToken requests the token; a pod's first one is asked again after
+// each of forbiddenRetries while the apiserver answers Forbidden.
+func (s *tokenSource) createToken(ctx context.Context, namespace, account string, req *authenticationv1.TokenRequest, first bool) (*authenticationv1.TokenRequest, error) {
+	for i := 0; ; i++ {
+		resp, err := s.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, account, req, metav1.CreateOptions{})
+		if err == nil || !first || !apierrors.IsForbidden(err) || i == len(forbiddenRetries) {
+			return resp, err
+		}
+		t := time.NewTimer(forbiddenRetries[i])
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 func TestTokenRefresh(t *testing.T) {
@@ -84,5 +85,42 @@ func TestTokenErrors(t *testing.T) {
 	}
 	if next, ok := f.mgr.NextRefresh(basePod().UID); !ok || next.IsZero() {
 		t.Errorf("NextRefresh = %v %v", next, ok)
+	}
+}
+
+// The Node authorizer refuses a pod's token until its own watch has the
+// pod bound here: a pod's first token is asked again for a moment; a
+// refusal of another kind, or of a later token, is not.
+func TestTokenForbiddenWhileAuthorizerCatchesUp(t *testing.T) {
+	saved := forbiddenRetries
+	forbiddenRetries = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
+	t.Cleanup(func() { forbiddenRetries = saved })
+	forbidden := apierrors.NewForbidden(v1.Resource("serviceaccounts"), "default",
+		errors.New("node requested token bound to a pod scheduled on a different node"))
+	proj := &v1.ServiceAccountTokenProjection{Path: "t"}
+	ctx := context.Background()
+
+	f := newFixture(t)
+	f.tokens.failNext = []error{forbidden, forbidden}
+	if _, err := f.mgr.tokens.token(ctx, basePod(), proj); err != nil {
+		t.Fatalf("first token after two refusals: %v", err)
+	}
+	if f.tokens.attempts != 3 {
+		t.Errorf("%d requests, want 3", f.tokens.attempts)
+	}
+
+	f = newFixture(t)
+	f.tokens.fail = forbidden
+	if _, err := f.mgr.tokens.token(ctx, basePod(), proj); !apierrors.IsForbidden(err) {
+		t.Errorf("refused for good: %v, want Forbidden", err)
+	}
+	if f.tokens.attempts != 4 {
+		t.Errorf("%d requests refused for good, want 4 (one and three retries)", f.tokens.attempts)
+	}
+
+	f = newFixture(t)
+	f.tokens.failNext = []error{errors.New("apiserver down")}
+	if _, err := f.mgr.tokens.token(ctx, basePod(), proj); err == nil || f.tokens.attempts != 1 {
+		t.Errorf("another error: %v after %d requests, want it at once", err, f.tokens.attempts)
 	}
 }
