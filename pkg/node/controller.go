@@ -20,6 +20,16 @@ const (
 	registerRetryMax     = 7 * time.Second
 )
 
+// While the agent starts, a node not yet Ready is looked at every
+// startupStatusPeriod rather than every StatusUpdateFrequency, for up to
+// startupReadyWindow, so that it turns Ready within a moment of being
+// ready, as the kubelet's start does; a restarted agent's node is
+// otherwise NotReady for a whole status period.
+const (
+	startupStatusPeriod = 500 * time.Millisecond
+	startupReadyWindow  = 2 * time.Minute
+)
+
 // Controller registers the Node and keeps its status and Lease current,
 // and hands the runtime the Node's pod CIDR.
 type Controller struct {
@@ -31,6 +41,8 @@ type Controller struct {
 	// registered is false until the Node exists, and again after it was deleted.
 	registered bool
 	lastReport time.Time
+	// reportedReady: the last status written, or found current, said Ready.
+	reportedReady bool
 
 	mu  sync.Mutex
 	uid types.UID // the registered Node's UID, read by the lease renewer
@@ -113,14 +125,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 
 	retry := registerRetryInitial
+	started := c.cfg.Clock.Now()
 	for {
 		wait := c.cfg.StatusUpdateFrequency
 		if err := c.sync(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Failed to sync node status")
 		}
-		if !c.registered {
+		switch {
+		case !c.registered:
 			wait, retry = retry, min(retry*2, registerRetryMax)
-		} else {
+		case !c.reportedReady && c.cfg.Clock.Since(started) < startupReadyWindow:
+			wait, retry = min(wait, startupStatusPeriod), registerRetryInitial
+		default:
 			retry = registerRetryInitial
 		}
 		select {
@@ -141,9 +157,14 @@ func (c *Controller) sync(ctx context.Context) error {
 	}
 	now := metav1.NewTime(c.cfg.Clock.Now())
 	if !c.registered {
-		return c.register(ctx, obs, now)
+		err = c.register(ctx, obs, now)
+	} else {
+		err = c.updateStatus(ctx, obs, now)
 	}
-	return c.updateStatus(ctx, obs, now)
+	if err == nil {
+		c.reportedReady = obs.notReady == nil
+	}
+	return err
 }
 
 // observe gathers everything the status is computed from. A runtime that

@@ -317,3 +317,50 @@ func TestWatchedNodeReadsNoApiserver(t *testing.T) {
 		t.Errorf("%d node creates, want 2 (registered again)", got)
 	}
 }
+
+// A node not Ready when the agent starts is looked at again within a
+// moment, not a whole status period later: it turns Ready as soon as the
+// runtime is, as a starting kubelet's does.
+func TestStartingNodeTurnsReadyWithinAMoment(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.rt.set(func(f *fakeRuntime) { f.networkReady = false })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.ctrl.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	ready := func() bool {
+		n, err := e.client.CoreV1().Nodes().Get(ctx, "nodeagent-node", metav1.GetOptions{})
+		return err == nil && condition(n, v1.NodeReady).Status == v1.ConditionTrue
+	}
+	registered := func() bool {
+		_, err := e.client.CoreV1().Nodes().Get(ctx, "nodeagent-node", metav1.GetOptions{})
+		return err == nil
+	}
+	for deadline := time.Now().Add(10 * time.Second); !registered(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the node was not registered")
+		}
+	}
+	if ready() {
+		t.Fatal("Ready with the network plugin not ready")
+	}
+	e.rt.set(func(f *fakeRuntime) { f.networkReady = true })
+	// Step the agent's clock by half-seconds: Ready must come before a
+	// whole status period (10 s) has passed.
+	var stepped time.Duration
+	for !ready() {
+		if stepped >= 9*time.Second {
+			t.Fatalf("not Ready %s after the runtime was", stepped)
+		}
+		if e.clock.HasWaiters() {
+			e.clock.Step(500 * time.Millisecond)
+			stepped += 500 * time.Millisecond
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
