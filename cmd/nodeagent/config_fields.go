@@ -142,7 +142,7 @@ var configFields = map[string]fieldRule{
 	"nodeLeaseDurationSeconds":             {class: honoured, note: "node lease (pkg/node)"},
 	"nodeStatusMaxImages":                  {class: honoured, note: "Node status images (pkg/node)"},
 	"nodeStatusReportFrequency":            {class: honoured, note: "Node status (pkg/node)"},
-	"nodeStatusUpdateFrequency":            {class: honoured, note: "Node status (pkg/node)"},
+	"nodeStatusUpdateFrequency":            {class: honoured, note: "Node status (pkg/node); while the agent starts, a node not yet Ready is looked at every 500 ms for up to 2 minutes, so it turns Ready as soon as it is, as a starting kubelet does"},
 	"oomScoreAdj":                          {class: warned, note: "the agent keeps the oom_score_adj it was started with (OOMScoreAdjust in its unit)"},
 	"podCIDR":                              {class: warned, note: "the pod CIDR is the Node's spec.podCIDR, from the controller-manager"},
 	"podLogsDir":                           {class: honoured, note: "container log paths (pkg/runtime, pkg/gc)"},
