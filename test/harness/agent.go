@@ -3,8 +3,10 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -187,23 +189,47 @@ func (c *Config) waitNodeReady(ctx context.Context, n Node) error {
 	if err != nil {
 		return err
 	}
+	// A restarted agent's Node is still Ready from its last run: only a Ready written
+	// since this start counts (the apiserver keeps whole seconds). And Ready says
+	// nothing of the node API: its port must answer too, except with TLS bootstrap,
+	// where it waits for the serving certificate the harness approves after this.
+	since := time.Now().Truncate(time.Second)
 	return c.waitReady(ctx, n.daemon("agent"), 2*time.Minute, func(ctx context.Context) error {
-		return nodeReady(ctx, cs, n.Name)
+		if err := nodeReadySince(ctx, cs, n.Name, since); err != nil {
+			return err
+		}
+		if c.TLSBootstrap {
+			return nil
+		}
+		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", net.JoinHostPort(n.IP, strconv.Itoa(nodeAPIPort)))
+		if err != nil {
+			return fmt.Errorf("node API of %s: %w", n.Name, err)
+		}
+		return conn.Close()
 	})
 }
 
+// nodeAPIPort is the node API's port (the KubeletConfiguration's default, which the
+// harness keeps).
+const nodeAPIPort = 10250
+
 // nodeReady says why the Node named name is not Ready, or nil when it is.
 func nodeReady(ctx context.Context, cs kubernetes.Interface, name string) error {
+	return nodeReadySince(ctx, cs, name, time.Time{})
+}
+
+// nodeReadySince is nodeReady, with a Ready condition whose heartbeat is not before since.
+func nodeReadySince(ctx context.Context, cs kubernetes.Interface, name string, since time.Time) error {
 	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
 	for _, cond := range node.Status.Conditions {
-		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && !cond.LastHeartbeatTime.Time.Before(since) {
 			return nil
 		}
 	}
-	return fmt.Errorf("node %s is not Ready yet", name)
+	return fmt.Errorf("node %s is not Ready yet (since %s)", name, since.Format(time.RFC3339))
 }
 
 // StopAgent stops the node agent (SIGTERM, as systemd does), leaving its pods running.
