@@ -246,10 +246,16 @@ func TestMissingConfigMapHoldsPodUntilCreated(t *testing.T) {
 		}
 		return nil
 	})
-	p := waitPod(t, pod, 10*time.Second, phaseIs(corev1.PodPending))
-	if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Waiting == nil || p.Status.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating" {
-		t.Errorf("container status while the volume is missing: %s, want waiting ContainerCreating", describeStatuses(p.Status.ContainerStatuses))
-	}
+	// The event and the status are written apart: the status may come a moment later.
+	waitPod(t, pod, 10*time.Second, func(p *corev1.Pod) error {
+		if err := phaseIs(corev1.PodPending)(p); err != nil {
+			return err
+		}
+		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Waiting == nil || p.Status.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating" {
+			return fmt.Errorf("container status while the volume is missing: %s, want waiting ContainerCreating", describeStatuses(p.Status.ContainerStatuses))
+		}
+		return nil
+	})
 	if sb := sandboxesOf(t, string(pod.UID)); len(sb) != 0 {
 		t.Errorf("a sandbox was created before the pod's volumes were set up: %d", len(sb))
 	}
