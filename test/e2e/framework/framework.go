@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,15 +161,34 @@ func KubectlCommand(t testing.TB, ctx context.Context, args ...string) *exec.Cmd
 	return cmd
 }
 
-// CRI dials the cluster's runtime; the connection closes with the test.
+// CRI returns clients of the cluster's runtime over the test's one connection, dialed at
+// its first call and closed with the test.
 func CRI(t testing.TB) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
 	t.Helper()
+	if c, ok := criClients.Load(t); ok {
+		c := c.(criClient)
+		return c.rt, c.img
+	}
 	rt, img, closeFn, err := Cluster(t).CRI(context.Background())
 	if err != nil {
 		t.Fatalf("dial CRI: %v", err)
 	}
-	t.Cleanup(closeFn)
+	criClients.Store(t, criClient{rt, img})
+	t.Cleanup(func() {
+		criClients.Delete(t)
+		closeFn()
+	})
 	return rt, img
+}
+
+// criClients holds each test's one CRI connection: helpers that list the runtime's
+// containers in a polling loop would otherwise open a connection at every look, kept until
+// the test ends, and run the runtime out of file descriptors.
+var criClients sync.Map // testing.TB → criClient
+
+type criClient struct {
+	rt  runtimeapi.RuntimeServiceClient
+	img runtimeapi.ImageServiceClient
 }
 
 // Context returns a context that ends with the test or after timeout.
