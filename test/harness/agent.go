@@ -277,6 +277,11 @@ func (c *Config) SwitchAgent(ctx context.Context, agent string) error {
 		return err
 	}
 	c.Agent = agent
+	if agent == AgentKubelet {
+		if _, err := c.EnsureKubelet(ctx); err != nil {
+			return err
+		}
+	}
 	return c.startAgent(ctx, c.BinDir(version))
 }
 

@@ -32,7 +32,16 @@ var busyboxDisabled = []string{"CONFIG_TC"}
 func (c *Config) EnsureBusybox(ctx context.Context) (_ string, err error) {
 	root := filepath.Join(c.CacheDir, "busybox")
 	bin := filepath.Join(root, "bin", "busybox")
-	if st, err := os.Stat(bin); err == nil && st.Mode()&0o111 != 0 {
+	built := func() bool { st, err := os.Stat(bin); return err == nil && st.Mode()&0o111 != 0 }
+	if built() {
+		return bin, nil
+	}
+	unlock, err := c.lockBuild("busybox")
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if built() { // built by the process we waited for
 		return bin, nil
 	}
 	for _, tool := range []string{"gcc", "make", "tar", "bzip2", "apt-get"} {

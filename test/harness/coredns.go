@@ -29,8 +29,11 @@ const (
 	coreDNSUser = "65532:65532"
 )
 
+// coreDNSBinary is built with csi-provisioner's versions of the modules both use (its
+// client-go one minor newer than CoreDNS's own): modalign.go.
 var coreDNSBinary = moduleBinary{name: "coredns", module: "github.com/coredns/coredns",
-	version: CoreDNSVersion, pkg: ".", ldflags: "-X github.com/coredns/coredns/coremain.GitCommit=" + CoreDNSVersion}
+	version: CoreDNSVersion, pkg: ".", ldflags: "-X github.com/coredns/coredns/coremain.GitCommit=" + CoreDNSVersion,
+	alignWith: &csiProvisionerBinary}
 
 // EnsureCoreDNS builds CoreDNS from the module proxy into the cache unless a previous run
 // did (about 2 minutes on 2 cores), and returns the binary's path.

@@ -21,17 +21,21 @@ const (
 	csiAttacherPath    = "sig-storage/csi-attacher:" + CSIAttacherVersion
 )
 
+// csiProvisionerBinary is built as released; the other modules the harness builds from the
+// proxy (csi-attacher, CoreDNS) are built with its versions of what they share, after it.
+var csiProvisionerBinary = moduleBinary{name: "csi-provisioner", module: "github.com/kubernetes-csi/external-provisioner/v6",
+	version: CSIProvisionerVersion, pkg: "./cmd/csi-provisioner", ldflags: "-X main.version=" + CSIProvisionerVersion}
+
 // csiSidecars are built one after the other, never side by side: each takes most of the
 // machine for minutes when cold.
 var csiSidecars = []struct {
 	bin       moduleBinary
 	imagePath string
 }{
-	{moduleBinary{name: "csi-provisioner", module: "github.com/kubernetes-csi/external-provisioner/v6",
-		version: CSIProvisionerVersion, pkg: "./cmd/csi-provisioner", ldflags: "-X main.version=" + CSIProvisionerVersion},
-		csiProvisionerPath},
+	{csiProvisionerBinary, csiProvisionerPath},
 	{moduleBinary{name: "csi-attacher", module: "github.com/kubernetes-csi/external-attacher/v4",
-		version: CSIAttacherVersion, pkg: "./cmd/csi-attacher", ldflags: "-X main.version=" + CSIAttacherVersion},
+		version: CSIAttacherVersion, pkg: "./cmd/csi-attacher", ldflags: "-X main.version=" + CSIAttacherVersion,
+		alignWith: &csiProvisionerBinary},
 		csiAttacherPath},
 }
 

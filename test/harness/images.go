@@ -285,13 +285,8 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	for path, img := range csi {
 		pushes[path] = img
 	}
-	if c.Services {
-		img, err := c.coreDNSImage(ctx)
-		if err != nil {
-			return err
-		}
-		pushes[coreDNSPath] = img
-	}
+	// The sidecars before CoreDNS: it is built with csi-provisioner's versions of what they
+	// share, and finds them compiled.
 	if c.CSIHostpath {
 		sidecars, err := c.csiSidecarImages(ctx)
 		if err != nil {
@@ -300,6 +295,13 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 		for path, img := range sidecars {
 			pushes[path] = img
 		}
+	}
+	if c.Services {
+		img, err := c.coreDNSImage(ctx)
+		if err != nil {
+			return err
+		}
+		pushes[coreDNSPath] = img
 	}
 	// All at once: shared layers go up once, and the sidecars' large ones beside the rest.
 	todo := map[name.Reference]remote.Taggable{}

@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 )
@@ -46,3 +47,26 @@ func (c *Config) lockRunDir() error {
 // Lock takes the run dir's lock for this process now (Up and Down take it anyway): for a
 // test that must read the machine's state while no other harness run changes it.
 func (c *Config) Lock() error { return c.lockRunDir() }
+
+// lockBuild takes an exclusive lock on the cache entry name (<cache>/<name>.lock) for a
+// build into it, waiting while another process builds it (make test builds the
+// conformance suite in the background while other suites run); the caller looks again
+// whether the entry is complete once it holds the lock. unlock releases it.
+func (c *Config) lockBuild(name string) (unlock func(), err error) {
+	if err := os.MkdirAll(c.CacheDir, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(c.CacheDir, name+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("build lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		c.Logf("%s: another process is building it; waiting for it to end", name)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("build lock: %w", err)
+		}
+	}
+	return func() { f.Close() }, nil
+}

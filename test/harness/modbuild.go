@@ -17,6 +17,9 @@ type moduleBinary struct {
 	version string
 	pkg     string // the main package inside the module, e.g. ./cmd/csi-sanity
 	ldflags string // besides -s -w
+	// alignWith, when set, is a module whose versions of the modules both use this one is
+	// built with (modalign.go): built after it, it finds those packages in the build cache.
+	alignWith *moduleBinary
 }
 
 // binDir is where the binary lives once built: <cache>/<name>-<version>/bin.
@@ -50,6 +53,12 @@ func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (_ stri
 	}
 	if err := chmodTree(src, 0o200); err != nil {
 		return "", err
+	}
+	if b.alignWith != nil {
+		p.setPhase("aligning its dependencies with " + b.alignWith.name + "'s")
+		if err := alignModule(ctx, src, b); err != nil {
+			return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
+		}
 	}
 	// Into a temporary directory first: a build cut short never leaves a bin dir that
 	// looks complete.

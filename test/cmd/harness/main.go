@@ -72,6 +72,9 @@ func run(ctx context.Context, cmd string) error {
 		if _, err := cfg.EnsureUpstream(ctx); err != nil {
 			return err
 		}
+		if _, err := cfg.EnsureKubelet(ctx); err != nil {
+			return err
+		}
 		if _, err := cfg.EnsureCSISidecars(ctx); err != nil {
 			return err
 		}
