@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	gosync "sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -21,55 +22,144 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Checkpoint file names in the root dir. They differ from the kubelet's
-// (allocated_pods_state, actuated_pods_state), whose format is its own,
-// so that an agent taking over a kubelet's root dir does not misread
-// them.
+// Dir is the checkpoint directory in the root dir: one file a pod, <uid>.json, with what
+// was allocated to its containers and what was last applied to them, so that a change
+// rewrites one small file instead of every pod's (at 250 pods the whole-node files made
+// the checkpoint a twentieth of the agent's CPU). The name differs from the kubelet's
+// checkpoints (allocated_pods_state, actuated_pods_state), whose format is its own, so that
+// an agent taking over a kubelet's root dir does not misread them.
+const Dir = "nodeagent-allocations"
+
+// The whole-node checkpoint files of earlier versions, in the root dir: read once, turned
+// into Dir's files and removed.
 const (
-	AllocatedFile = "nodeagent_allocated_pods.json"
-	ActuatedFile  = "nodeagent_actuated_pods.json"
+	legacyAllocatedFile = "nodeagent_allocated_pods.json"
+	legacyActuatedFile  = "nodeagent_actuated_pods.json"
 )
 
 // Containers maps a container name (init and app containers share one
 // namespace) to its resources.
 type Containers map[string]v1.ResourceRequirements
 
+// record is one pod's checkpoint file.
+type record struct {
+	Allocated Containers `json:"allocated,omitempty"`
+	Actuated  Containers `json:"actuated,omitempty"`
+}
+
 // Store is safe for concurrent use.
 type Store struct {
-	dir string // "" keeps everything in memory
+	dir string // the checkpoint directory; "" keeps everything in memory
 
 	mu        gosync.Mutex
 	allocated map[types.UID]Containers
 	actuated  map[types.UID]Containers
 }
 
-// Open loads the checkpoints kept in dir ("" for a store in memory only).
-// A missing file is an empty one. The store returned is always usable: a
-// checkpoint that cannot be read is reported and started afresh, which
-// is safe (running pods are then taken to hold what their spec asks for,
-// and their containers to have it applied).
-func Open(dir string) (*Store, error) {
-	s := &Store{dir: dir, allocated: map[types.UID]Containers{}, actuated: map[types.UID]Containers{}}
-	if dir == "" {
+// Open loads the checkpoints kept under the root dir root ("" for a store in memory
+// only). The store returned is always usable: a checkpoint that cannot be read is
+// reported and the pod started afresh, which is safe (a running pod is then taken to hold
+// what its spec asks for, and its containers to have it applied).
+func Open(root string) (*Store, error) {
+	s := &Store{allocated: map[types.UID]Containers{}, actuated: map[types.UID]Containers{}}
+	if root == "" {
 		return s, nil
 	}
+	s.dir = filepath.Join(root, Dir)
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return s, fmt.Errorf("checkpoint dir: %w", err)
+	}
 	var errs []error
-	for name, m := range map[string]*map[types.UID]Containers{AllocatedFile: &s.allocated, ActuatedFile: &s.actuated} {
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if errors.Is(err, fs.ErrNotExist) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("checkpoint dir: %w", err))
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") { // a write cut short by a crash
+			_ = os.Remove(filepath.Join(s.dir, name))
 			continue
 		}
-		if err == nil {
-			err = json.Unmarshal(data, m)
+		uid, ok := strings.CutSuffix(name, ".json")
+		if !ok || e.IsDir() {
+			continue
 		}
-		if err != nil || *m == nil {
-			*m = map[types.UID]Containers{}
+		var r record
+		data, err := os.ReadFile(filepath.Join(s.dir, name))
+		if err == nil {
+			err = json.Unmarshal(data, &r)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("checkpoint %s: %w", name, err))
+			continue
+		}
+		s.put(types.UID(uid), r)
+	}
+	errs = append(errs, s.convertLegacy(root))
+	return s, errors.Join(errs...)
+}
+
+// put takes r as the pod's record in memory.
+func (s *Store) put(uid types.UID, r record) {
+	if r.Allocated != nil {
+		s.allocated[uid] = r.Allocated
+	}
+	if r.Actuated != nil {
+		s.actuated[uid] = r.Actuated
+	}
+}
+
+// convertLegacy reads the whole-node files of earlier versions, if any, writes their pods
+// (those without a file of their own) to Dir and removes them.
+func (s *Store) convertLegacy(root string) error {
+	var errs []error
+	legacy := map[types.UID]record{}
+	for _, f := range []struct {
+		name      string
+		allocated bool
+	}{{legacyAllocatedFile, true}, {legacyActuatedFile, false}} {
+		path := filepath.Join(root, f.name)
+		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		var m map[types.UID]Containers
+		if err == nil {
+			err = json.Unmarshal(data, &m)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint %s: %w", f.name, err))
+		}
+		for uid, c := range m {
+			r := legacy[uid]
+			if f.allocated {
+				r.Allocated = c
+			} else {
+				r.Actuated = c
+			}
+			legacy[uid] = r
+		}
+		defer func() {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid, r := range legacy {
+		if _, ok := s.allocated[uid]; ok {
+			continue
+		}
+		if _, ok := s.actuated[uid]; ok {
+			continue
+		}
+		s.put(uid, r)
+		if err := s.saveLocked(uid); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	return s, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // FromSpec is the resources every init and app container of pod asks for.
@@ -96,7 +186,7 @@ func (s *Store) SetAllocated(pod *v1.Pod) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.allocated[pod.UID] = FromSpec(pod)
-	return s.saveLocked(AllocatedFile, s.allocated)
+	return s.saveLocked(pod.UID)
 }
 
 // Actuated returns the resources last applied to the pod's container of
@@ -132,7 +222,7 @@ func (s *Store) SetActuated(uid types.UID, name string, r v1.ResourceRequirement
 		s.actuated[uid] = Containers{}
 	}
 	s.actuated[uid][name] = *r.DeepCopy()
-	return s.saveLocked(ActuatedFile, s.actuated)
+	return s.saveLocked(uid)
 }
 
 // Remove forgets a pod that is gone.
@@ -141,16 +231,12 @@ func (s *Store) Remove(uid types.UID) error {
 	defer s.mu.Unlock()
 	_, a := s.allocated[uid]
 	_, b := s.actuated[uid]
+	if !a && !b {
+		return nil
+	}
 	delete(s.allocated, uid)
 	delete(s.actuated, uid)
-	var errs []error
-	if a {
-		errs = append(errs, s.saveLocked(AllocatedFile, s.allocated))
-	}
-	if b {
-		errs = append(errs, s.saveLocked(ActuatedFile, s.actuated))
-	}
-	return errors.Join(errs...)
+	return s.saveLocked(uid)
 }
 
 // Retain forgets every pod keep says no to: pods that went while the
@@ -158,17 +244,19 @@ func (s *Store) Remove(uid types.UID) error {
 func (s *Store) Retain(keep func(types.UID) bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var errs []error
-	for name, m := range map[string]map[types.UID]Containers{AllocatedFile: s.allocated, ActuatedFile: s.actuated} {
-		n := len(m)
+	gone := map[types.UID]bool{}
+	for _, m := range []map[types.UID]Containers{s.allocated, s.actuated} {
 		for uid := range m {
 			if !keep(uid) {
-				delete(m, uid)
+				gone[uid] = true
 			}
 		}
-		if len(m) != n {
-			errs = append(errs, s.saveLocked(name, m))
-		}
+	}
+	var errs []error
+	for uid := range gone {
+		delete(s.allocated, uid)
+		delete(s.actuated, uid)
+		errs = append(errs, s.saveLocked(uid))
 	}
 	return errors.Join(errs...)
 }
@@ -204,19 +292,31 @@ func (s *Store) Apply(pod *v1.Pod) (*v1.Pod, bool) {
 	return out, true
 }
 
-// saveLocked writes one checkpoint whole, through a temporary file, so
-// that a crash leaves the old one or the new one. s.mu is held.
-func (s *Store) saveLocked(name string, m map[types.UID]Containers) error {
+// saveLocked writes the pod's checkpoint file whole, through a temporary file, so that a
+// crash leaves the old one or the new one; a pod with nothing recorded has none. s.mu is
+// held.
+func (s *Store) saveLocked(uid types.UID) error {
 	if s.dir == "" {
 		return nil
 	}
-	data, err := json.Marshal(m)
+	if !safeName(string(uid)) {
+		return fmt.Errorf("save checkpoint: pod UID %q is not a file name", uid)
+	}
+	path := filepath.Join(s.dir, string(uid)+".json")
+	r := record{Allocated: s.allocated[uid], Actuated: s.actuated[uid]}
+	if r.Allocated == nil && r.Actuated == nil {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove checkpoint: %w", err)
+		}
+		return nil
+	}
+	data, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(s.dir, "."+name+".*")
+	tmp, err := os.CreateTemp(s.dir, "."+string(uid)+".*")
 	if err != nil {
-		return fmt.Errorf("save %s: %w", name, err)
+		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	// No fsync: the rename keeps the file whole across a crash of the
 	// agent, which is what this guards against; a crash of the machine
@@ -225,11 +325,17 @@ func (s *Store) saveLocked(name string, m map[types.UID]Containers) error {
 	cerr := tmp.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("save %s: %w", name, err)
+		return fmt.Errorf("save checkpoint: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(s.dir, name)); err != nil {
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("save %s: %w", name, err)
+		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	return nil
+}
+
+// safeName says whether a pod UID can name its checkpoint file: one path element, not a
+// hidden file (a static pod's manifest, from a URL too, may set any UID).
+func safeName(uid string) bool {
+	return uid != "" && !strings.HasPrefix(uid, ".") && !strings.ContainsAny(uid, "/\\\x00")
 }

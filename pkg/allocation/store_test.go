@@ -64,18 +64,123 @@ func TestStoreApplyRetainAndReopen(t *testing.T) {
 }
 
 func TestStoreStartsAfreshOnABadCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, AllocatedFile), []byte("{not json"), 0o600); err != nil {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, Dir), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(dir)
+	if err := os.WriteFile(filepath.Join(root, Dir, "u9.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(root)
 	if err == nil {
 		t.Error("a bad checkpoint was not reported")
 	}
 	if s == nil {
 		t.Fatal("no usable store after a bad checkpoint")
 	}
+	if _, ok := s.Allocated("u9"); ok {
+		t.Error("a bad checkpoint gave an allocation")
+	}
 	if err := s.SetAllocated(podWith("u1", "1")); err != nil {
 		t.Errorf("the store does not work after a bad checkpoint: %v", err)
 	}
+}
+
+// A change writes the one pod's file; the other pods' files are left as they are.
+func TestStoreWritesOnePodsFile(t *testing.T) {
+	root := t.TempDir()
+	s, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{"u1", "u2", "u3"} {
+		if err := s.SetAllocated(podWith(uid, "1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := os.Stat(filepath.Join(root, Dir, "u2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := podWith("u1", "2")
+	if err := s.SetActuated(p.UID, "a", p.Spec.Containers[0].Resources); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(filepath.Join(root, Dir, "u2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("a change of u1 rewrote u2's checkpoint")
+	}
+	if err := s.Remove("u3"); err != nil {
+		t.Fatal(err)
+	}
+	names := dirNames(t, filepath.Join(root, Dir))
+	if len(names) != 2 || names[0] != "u1.json" || names[1] != "u2.json" {
+		t.Errorf("checkpoint files = %v, want u1.json and u2.json", names)
+	}
+	if err := s.SetAllocated(podWith("../escape", "1")); err == nil {
+		t.Error("a UID that is not a file name was saved")
+	}
+	if _, err := os.Stat(filepath.Join(root, "escape.json")); err == nil {
+		t.Error("a hostile UID wrote outside the checkpoint dir")
+	}
+}
+
+// The whole-node files of earlier versions are read once, written as one file a pod and
+// removed; a write cut short (a temporary file) is cleaned up.
+func TestStoreConvertsTheWholeNodeFiles(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(legacyAllocatedFile, `{"u1":{"a":{"requests":{"cpu":"1"}}},"u2":{"a":{"requests":{"cpu":"2"}}}}`)
+	write(legacyActuatedFile, `{"u1":{"a":{"requests":{"cpu":"500m"}}}}`)
+	if err := os.MkdirAll(filepath.Join(root, Dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(Dir, ".u7.1234"), "partial")
+	s, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok := s.Allocated("u2")
+	if q := a["a"].Requests[v1.ResourceCPU]; !ok || q.Cmp(resource.MustParse("2")) != 0 {
+		t.Errorf("u2's allocation = %v %v, want cpu 2", a, ok)
+	}
+	if r, ok := s.Actuated("u1", "a"); !ok || r.Requests.Cpu().String() != "500m" {
+		t.Errorf("u1's applied resources = %v %v, want cpu 500m", r, ok)
+	}
+	for _, name := range []string{legacyAllocatedFile, legacyActuatedFile} {
+		if _, err := os.Stat(filepath.Join(root, name)); err == nil {
+			t.Errorf("%s was kept", name)
+		}
+	}
+	if names := dirNames(t, filepath.Join(root, Dir)); len(names) != 2 || names[0] != "u1.json" || names[1] != "u2.json" {
+		t.Errorf("checkpoint files = %v, want u1.json and u2.json", names)
+	}
+	s2, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := s2.Actuated("u1", "a"); !ok || r.Requests.Cpu().String() != "500m" {
+		t.Errorf("reopened: u1's applied resources = %v %v", r, ok)
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
