@@ -20,6 +20,7 @@ type gateSpec struct {
 // controllers and the scheduler, which the kubelet's gate set also holds)
 // is no concern of a node.
 var honouredGates = map[string]string{
+	"EventedPLEG":                     "nodeagent follows the runtime's container events (CRI GetContainerEvents) and relists every 30s as the fallback while the event stream is open, every second otherwise (the kubelet's default is off, relisting every second); `EventedPLEG: false` relists every second only",
 	"KubeletCrashLoopBackOffMax":      "off leaves the restart back-off cap at 300s and refuses crashLoopBackOff.maxContainerRestartPeriod, as the kubelet does",
 	"KubeletEnsureSecretPulledImages": "off lets any pod use any image present, records no pulls and refuses imagePullCredentialsVerificationPolicy and preloadedImagesVerificationAllowlist, as the kubelet does",
 }

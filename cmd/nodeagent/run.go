@@ -156,7 +156,13 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	// The PLEG and the prober wake pods' workers in the dispatcher, which
 	// is built after them; wakeups is bound to it before anything runs.
 	wakeups := &podWakeups{}
-	podEvents, err := pleg.New(pleg.Config{Runtime: cri, OnChange: wakeups.wake, Metrics: agentMetrics})
+	plegCfg := pleg.Config{Runtime: cri, OnChange: wakeups.wake, Metrics: agentMetrics}
+	// The runtime's container events first, the relist as fallback, unless the config
+	// turns the kubelet's EventedPLEG gate off (feature_gates.go).
+	if gateEnabled(kc, "EventedPLEG", true) {
+		plegCfg.Events = cri.ContainerEvents
+	}
+	podEvents, err := pleg.New(plegCfg)
 	if err != nil {
 		return err
 	}

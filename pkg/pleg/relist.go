@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -38,6 +39,9 @@ type Config struct {
 	OnChange func(runtime.PodRef)
 	// Metrics records relists; nil records nothing.
 	Metrics Metrics
+	// Events, when set, is the runtime's container event stream (events.go): the
+	// primary signal, the relist then the fallback.
+	Events EventSource
 }
 
 // Metrics is told of every relist (*metrics.Metrics is one).
@@ -60,6 +64,11 @@ type PLEG struct {
 	cfg   Config
 	cache *Cache
 	kick  chan struct{}
+	// eventKick is sent to on a container event, periodChanged when the event stream
+	// opens or closes (events.go).
+	eventKick     chan struct{}
+	periodChanged chan struct{}
+	eventsOpen    atomic.Bool
 	// Details read per object, reused while the object is unchanged.
 	sandboxes  map[string]sandboxEntry
 	containers map[string]containerEntry
@@ -98,6 +107,7 @@ func New(cfg Config) (*PLEG, error) {
 		cfg.Metrics = noMetrics{}
 	}
 	return &PLEG{cfg: cfg, cache: newCache(), kick: make(chan struct{}, 1),
+		eventKick: make(chan struct{}, 1), periodChanged: make(chan struct{}, 1),
 		sandboxes: map[string]sandboxEntry{}, containers: map[string]containerEntry{}}, nil
 }
 
@@ -130,21 +140,50 @@ func (p *PLEG) Healthy() error {
 	return nil
 }
 
-// Run relists until ctx ends.
+// Run relists until ctx ends: every period, when a worker asks (RelistSoon), and soon
+// after each container event when Config.Events is set.
 func (p *PLEG) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("pleg")
 	ctx = klog.NewContext(ctx, logger)
-	t := p.cfg.Clock.NewTicker(p.cfg.RelistPeriod)
-	defer t.Stop()
+	if p.cfg.Events != nil {
+		go p.watchEvents(ctx)
+	}
 	for {
 		if err := p.Relist(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Relist failed")
 		}
+		if !p.wait(ctx) {
+			return nil
+		}
+	}
+}
+
+// wait blocks until the next relist is due: the period has passed since the last one
+// ended, a worker asked, or EventRelistDelay has passed since a container event. It is
+// false once ctx ends.
+func (p *PLEG) wait(ctx context.Context) bool {
+	t := p.cfg.Clock.NewTimer(p.period())
+	defer func() { t.Stop() }()
+	var delay <-chan time.Time
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case <-t.C():
+			return true
 		case <-p.kick:
+			return true
+		case <-p.eventKick:
+			if delay == nil {
+				d := p.cfg.Clock.NewTimer(EventRelistDelay)
+				defer d.Stop()
+				delay = d.C()
+			}
+		case <-delay:
+			return true
+		case <-p.periodChanged:
+			t.Stop()
+			t = p.cfg.Clock.NewTimer(p.period())
 		}
 	}
 }
