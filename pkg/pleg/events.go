@@ -48,7 +48,7 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 			select {
 			case <-t.C():
 				p.setEventsOpen(true)
-				logger.V(2).Info("Container event stream open: relisting every " + EventedRelistPeriod.String())
+				logger.Info("Container event stream open: relisting every " + EventedRelistPeriod.String())
 			case <-streamCtx.Done():
 			}
 			close(settled)
@@ -70,7 +70,7 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 		if p.cfg.Clock.Since(opened) > eventRetryMax {
 			retry = time.Second // it was up for a while: a fresh failure
 		}
-		logger.V(2).Info("Container event stream ended; relisting every "+p.cfg.RelistPeriod.String()+" until it is open again", "err", err, "retryIn", retry)
+		logger.Info("Container event stream ended; relisting every "+p.cfg.RelistPeriod.String()+" until it is open again", "err", err, "retryIn", retry)
 		t := p.cfg.Clock.NewTimer(retry)
 		select {
 		case <-ctx.Done():
