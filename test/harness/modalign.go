@@ -31,10 +31,16 @@ type moduleVersion struct {
 }
 
 // listModules runs `go list -m all` in dir (a module's root, or a directory holding only
-// its go.mod and go.sum).
+// its go.mod and go.sum), which may update the go.sum there.
 func listModules(ctx context.Context, dir string) ([]moduleVersion, error) {
+	return listModulesMode(ctx, dir, "mod")
+}
+
+// listModulesMode is listModules with the -mod mode given: "readonly" for the project's own
+// module, whose files must not change.
+func listModulesMode(ctx context.Context, dir, mode string) ([]moduleVersion, error) {
 	const tmpl = `{{.Path}} {{.Version}}{{if .Replace}} => {{.Replace.Path}} {{.Replace.Version}}{{end}}`
-	cmd := exec.CommandContext(ctx, "go", "list", "-mod=mod", "-m", "-f", tmpl, "all")
+	cmd := exec.CommandContext(ctx, "go", "list", "-mod="+mode, "-m", "-f", tmpl, "all")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
 	out, err := cmd.Output()
@@ -143,6 +149,23 @@ func alignModule(ctx context.Context, src string, b moduleBinary) error {
 	if err != nil {
 		return fmt.Errorf("%s's build list: %w", b.alignWith.name, err)
 	}
+	return alignTo(ctx, src, base)
+}
+
+// alignWithRepo edits the go.mod in src onto the project module's versions (in repo) of the
+// modules both use: the upstream binaries share about 750 packages with the agent (the
+// client libraries, gRPC, protobuf, the x/ modules), which make test's unit tests compile
+// first; built with the same versions and flags, they are compiled once.
+func alignWithRepo(ctx context.Context, src, repo string) error {
+	mods, err := listModulesMode(ctx, repo, "readonly")
+	if err != nil {
+		return err
+	}
+	return alignTo(ctx, src, selected(mods))
+}
+
+// alignTo edits the go.mod in src onto base's versions (alignEdits).
+func alignTo(ctx context.Context, src string, base buildList) error {
 	mods, err := listModules(ctx, src)
 	if err != nil {
 		return err

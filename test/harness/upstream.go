@@ -161,6 +161,12 @@ func (c *Config) ensureUpstream(ctx context.Context, want map[string]string) (_ 
 	if err := writeFiles(src, map[string]string{"go.mod": gomod.String(), "tools.go": tools.String()}); err != nil {
 		return "", err
 	}
+	// With the project's own versions of what both use where those are newer, and without
+	// -trimpath (goBuild below): as the unit tests build the project's packages, so that
+	// the packages both use are compiled once (modalign.go).
+	if err := alignWithRepo(ctx, src, c.RepoDir); err != nil {
+		return "", err
+	}
 	if err := c.goCmd(ctx, src, nil, "mod", "tidy"); err != nil {
 		return "", err
 	}
@@ -207,7 +213,7 @@ func (c *Config) EnsureContainerd(ctx context.Context) (_ string, err error) {
 		return "", err
 	}
 	ld := "-s -w -X " + mod + "/version.Version=" + ContainerdVersion
-	if err := goBuild(ctx, p, src, bin, ld, []string{"-tags", "no_btrfs,no_devmapper,no_zfs"}, bins); err != nil {
+	if err := goBuild(ctx, p, src, bin, ld, []string{"-trimpath", "-tags", "no_btrfs,no_devmapper,no_zfs"}, bins); err != nil {
 		return "", err
 	}
 	return bin, nil
@@ -239,7 +245,7 @@ func (c *Config) EnsureRunc(ctx context.Context) (_ string, err error) {
 		return "", err
 	}
 	ld := "-s -w -X main.version=" + strings.TrimPrefix(RuncVersion, "v")
-	if err := goBuildEnv(ctx, p, src, bin, ld, []string{"CGO_ENABLED=1"}, []string{"-tags", "seccomp urfave_cli_no_docs"}, bins); err != nil {
+	if err := goBuildEnv(ctx, p, src, bin, ld, []string{"CGO_ENABLED=1"}, []string{"-trimpath", "-tags", "seccomp urfave_cli_no_docs"}, bins); err != nil {
 		return "", err
 	}
 	return filepath.Join(bin, "runc"), nil
@@ -248,7 +254,7 @@ func (c *Config) EnsureRunc(ctx context.Context) (_ string, err error) {
 // goBuild builds every package into a temporary directory and renames it into place, so a
 // build cut short never leaves a half-filled bin dir that looks complete. One go build makes
 // them all, which keeps the cores busy; p counts the packages it compiles (-v) and notes each
-// binary as it appears.
+// binary as it appears. extra are more build flags (-trimpath, -tags).
 func goBuild(ctx context.Context, p *buildProgress, src, bin, ldflags string, extra []string, pkgs map[string]string) error {
 	return goBuildEnv(ctx, p, src, bin, ldflags, []string{"CGO_ENABLED=0"}, extra, pkgs)
 }
@@ -267,7 +273,7 @@ func goBuildEnv(ctx context.Context, p *buildProgress, src, bin, ldflags string,
 		paths = append(paths, pkg)
 	}
 	sort.Strings(paths)
-	flags := append([]string{"-trimpath"}, extra...)
+	flags := extra
 	p.setPhase("")
 	p.expect(packagesToCompile(ctx, src, env, flags, paths...))
 	p.watchFiles(binaryFiles(tmp, pkgs))
@@ -433,8 +439,8 @@ func (c *Config) EnsureConformance(ctx context.Context) (_ string, err error) {
 	// cache and compiles only the test package itself before linking.
 	env := []string{"CGO_ENABLED=0"}
 	p.setPhase("")
-	p.expect(packagesToCompile(ctx, src, env, []string{"-trimpath"}, conformanceSuites...))
-	if err := runBuild(ctx, src, env, p, append([]string{"go", "build", "-v", "-trimpath"}, conformanceSuites...)...); err != nil {
+	p.expect(packagesToCompile(ctx, src, env, nil, conformanceSuites...))
+	if err := runBuild(ctx, src, env, p, append([]string{"go", "build", "-v"}, conformanceSuites...)...); err != nil {
 		return "", err
 	}
 	minor := strings.SplitN(strings.TrimPrefix(version, "v1."), ".", 2)[0]
@@ -443,8 +449,8 @@ func (c *Config) EnsureConformance(ctx context.Context) (_ string, err error) {
 		item string
 		args []string
 	}{
-		{"e2e.test", []string{"go", "test", "-c", "-trimpath", "-ldflags", ld, "-o", filepath.Join(bin, "e2e.test.tmp"), "k8s.io/kubernetes/test/e2e"}},
-		{"ginkgo", []string{"go", "build", "-v", "-trimpath", "-o", filepath.Join(bin, "ginkgo"), "github.com/onsi/ginkgo/v2/ginkgo"}},
+		{"e2e.test", []string{"go", "test", "-c", "-ldflags", ld, "-o", filepath.Join(bin, "e2e.test.tmp"), "k8s.io/kubernetes/test/e2e"}},
+		{"ginkgo", []string{"go", "build", "-v", "-o", filepath.Join(bin, "ginkgo"), "github.com/onsi/ginkgo/v2/ginkgo"}},
 	} {
 		p.setPhase("linking " + step.item)
 		if err := runBuild(ctx, src, env, p, step.args...); err != nil {
