@@ -349,7 +349,10 @@ func (c *Config) kubeletExtraArgs(n Node) string {
 }
 
 // kubeadmInitConfig is the first node's kubeadm configuration: kubeadm's defaults but for
-// what this machine needs (cgroupfs and cgroup v1, no swap check), the node's address, the
+// what this machine needs (cgroupfs and cgroup v1, no swap check, and no disk-space
+// eviction thresholds, as kind sets them: the nodes share the machine's disk, whose free
+// space the rest of the machine uses — with kubeadm's 15 % imagefs threshold a 252 GiB disk
+// with 38 GiB free evicted the suite's pods), the node's address, the
 // pod and service ranges of the harness. The kube-proxy addon is kind's way: it changes no
 // sysctl outside the node's network namespace (conntrack's limits and timeouts left alone)
 // and serves NodePorts on the nodes' segment. No CoreDNS addon: kubeadm's Corefile
@@ -393,6 +396,12 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "0%%"
+  nodefs.inodesFree: "0%%"
+  imagefs.available: "0%%"
+  imagefs.inodesFree: "0%%"
 `, KubeadmToken, cp.IP, APIServerPort, c.criSocketURL(), c.kubeletExtraArgs(cp), c.kubeadmPatchDir(cp),
 		version, ClusterCIDR, ServiceCIDR, ClusterDomain, lanCIDR, kubeProxyNoSysctls)
 }
