@@ -48,6 +48,9 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 			select {
 			case <-t.C():
 				p.setEventsOpen(true)
+				// One relist now covers what changed before the stream was open; the
+				// longer period starts after it.
+				p.RelistSoon()
 				logger.Info("Container event stream open: relisting every " + EventedRelistPeriod.String())
 			case <-streamCtx.Done():
 			}
