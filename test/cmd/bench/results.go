@@ -62,8 +62,12 @@ func sidesOf(results map[string]sideResult) []string {
 	return out
 }
 
-// resultsPath is where the results' file name goes.
+// resultsPath is where the results' file name goes: under -out, itself under the repo
+// unless absolute.
 func resultsPath(cfg *harness.Config, o options, name string) string {
+	if filepath.IsAbs(o.outDir) {
+		return filepath.Join(o.outDir, name)
+	}
 	return filepath.Join(cfg.RepoDir, o.outDir, name)
 }
 
