@@ -61,16 +61,16 @@ const ScopeCSIMock = "csimock"
 //     kernel has not;
 //   - [Feature:OffByDefault]: they need a feature gate that is off by default
 //     (CSIVolumeHealth, alpha), which the harness does not turn on;
-//   - [Feature:VolumeSnapshotDataSource]: they need the VolumeSnapshot CRDs and the
-//     snapshot controller, which the harness does not install;
 //   - "CSI Mock volume expansion": every spec of it deploys csi-resizer, whose module the
 //     Go module proxy refuses; the harness has no stand-in for it.
 //
+// The [Feature:VolumeSnapshotDataSource] specs run: the scope installs the snapshot CRDs
+// and controller (harness.Config.VolumeSnapshots), and csi-snapshotter is built.
 // The [Feature:StorageCapacityScoring] specs run: their feature gate is on by default at
 // v1.37, and the three of them that compare two nodes skip themselves on one.
 const (
 	csiMockFocus = `\[sig-storage\] CSI Mock`
-	csiMockSkip  = `\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:SELinux\]|\[Feature:OffByDefault\]|\[Feature:VolumeSnapshotDataSource\]|CSI Mock volume expansion`
+	csiMockSkip  = `\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:SELinux\]|\[Feature:OffByDefault\]|CSI Mock volume expansion`
 )
 
 const (
@@ -137,6 +137,9 @@ type Options struct {
 	// images at their local names, one node. ScopeCSIMock sets it; so does the smoke run,
 	// which has CSI Mock specs.
 	CSIMockDrivers bool
+	// VolumeSnapshots installs the VolumeSnapshot CRDs and the snapshot controller, and
+	// builds csi-snapshotter, for the CSI Mock snapshot specs. ScopeCSIMock sets it.
+	VolumeSnapshots bool
 }
 
 func (o *Options) complete() error {
@@ -170,7 +173,7 @@ func (o *Options) complete() error {
 			return fmt.Errorf("scope %q sets its own focus and skip", o.Scope)
 		}
 		o.Focus, o.Skip = csiMockFocus, csiMockSkip
-		o.CSIMockDrivers = true
+		o.CSIMockDrivers, o.VolumeSnapshots = true, true
 	default:
 		return fmt.Errorf("scope %q: want empty, %q, %q or %q", o.Scope, ScopeAll, ScopeNode, ScopeCSIMock)
 	}
@@ -217,6 +220,9 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 		// The mock driver's sidecars reach the apiserver through the kubernetes Service.
 		cfg.Services = true
 	}
+	if opts.VolumeSnapshots {
+		cfg.VolumeSnapshots = true
+	}
 	if err := cfg.Complete(); err != nil {
 		return nil, err
 	}
@@ -237,6 +243,11 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 		// Minutes each when cold: before the cluster comes up, not while it waits.
 		if _, err := cfg.EnsureCSISidecars(ctx); err != nil {
 			return nil, fmt.Errorf("build the CSI sidecars: %w", err)
+		}
+	}
+	if opts.VolumeSnapshots {
+		if _, err := cfg.EnsureSnapshotter(ctx); err != nil {
+			return nil, fmt.Errorf("build external-snapshotter: %w", err)
 		}
 	}
 	cfg.ReportBuilds(buildStart)

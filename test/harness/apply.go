@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
@@ -39,8 +40,13 @@ func (c *Config) applyObjects(ctx context.Context, objs []*unstructured.Unstruct
 			return fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
 		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if obj.GetNamespace() != "" {
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
 			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+		} else if obj.GetNamespace() != "" {
+			// As kubectl does: a namespace on a cluster-scoped object (the snapshot
+			// addon's ClusterRole has one) means nothing.
+			obj = obj.DeepCopy()
+			obj.SetNamespace("")
 		}
 		if _, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "nodeagent-harness", Force: true}); err != nil {
 			return fmt.Errorf("apply %s %s: %w", gvk.Kind, obj.GetName(), err)

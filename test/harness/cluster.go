@@ -101,7 +101,11 @@ func (c *Config) clusterSteps(bin string) []upStep {
 	if c.CSIHostpath {
 		more = append(more, upStep{"CSI hostpath driver", c.deployCSIHostpath})
 	}
-	return append(more, c.serviceSteps(bin)...)
+	more = append(more, c.serviceSteps(bin)...)
+	if c.VolumeSnapshots {
+		more = append(more, upStep{"volume snapshots", c.installVolumeSnapshots})
+	}
+	return more
 }
 
 // Env is the shell environment to use the cluster with; the runtime is the first node's.

@@ -120,6 +120,14 @@ type Config struct {
 	// suite and the conformance runner turn it on; other clusters (benchmarks, the TLS
 	// suite) run without it unless NODEAGENT_SERVICES=1. Needs a node agent.
 	Services bool
+	// VolumeSnapshots installs volume snapshots as the pinned release's addon has them
+	// (cluster/addons/volumesnapshots): the VolumeSnapshot CRDs and the
+	// volume-snapshot-controller StatefulSet in kube-system, whose metrics the CSI Mock
+	// snapshot specs read. Its image, and csi-snapshotter's, are built from
+	// external-snapshotter at the release the addon names (snapshots.go). The conformance
+	// runner's csimock scope turns it on (env NODEAGENT_VOLUME_SNAPSHOTS=1 elsewhere).
+	// Needs Services.
+	VolumeSnapshots bool
 	// Kubeadm makes the cluster as kubeadm users do (env NODEAGENT_KUBEADM=1): no control
 	// plane of the harness's own; NodeCount nodes (default 3), each in namespaces of its
 	// own, with nodeagent installed from manifests/ as the kubelet's systemd service (run
@@ -202,6 +210,12 @@ func (c *Config) Complete() error {
 	if c.Services && c.Agent == AgentNone {
 		c.Services = false // no node to proxy for, nowhere to run CoreDNS
 	}
+	if !c.VolumeSnapshots {
+		c.VolumeSnapshots = os.Getenv("NODEAGENT_VOLUME_SNAPSHOTS") == "1"
+	}
+	if c.VolumeSnapshots && !c.Services {
+		return fmt.Errorf("volume snapshots: the snapshot controller reaches the apiserver through the kubernetes Service; turn on Services (NODEAGENT_SERVICES=1)")
+	}
 	if v := os.Getenv("NODEAGENT_CERT_DURATION"); c.CertDuration == 0 && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -216,7 +230,7 @@ func (c *Config) Complete() error {
 		if c.Agent != AgentNodeagent || c.TLSBootstrap || c.Runtime != RuntimeContainerd {
 			return fmt.Errorf("kubeadm: the cluster runs nodeagent on containerd v2 (its nodes bootstrap as kubeadm has them)")
 		}
-		c.CSIHostpath, c.Services = false, false
+		c.CSIHostpath, c.Services, c.VolumeSnapshots = false, false, false
 		c.PodNetwork = PodNetworkAgent
 	}
 	if v := os.Getenv("NODES"); c.NodeCount == 0 && v != "" {

@@ -59,10 +59,14 @@ func (c *Config) csiHostpathObjects() ([]*unstructured.Unstructured, error) {
 	})
 }
 
-// manifestObjects reads the manifests of the repository's dir, in file name order, each
-// through rewrite when it is given.
+// manifestObjects reads the manifests of the repository's dir (readManifests).
 func (c *Config) manifestObjects(dir string, rewrite func([]byte) []byte) ([]*unstructured.Unstructured, error) {
-	dir = filepath.Join(c.RepoDir, dir)
+	return readManifests(filepath.Join(c.RepoDir, dir), rewrite)
+}
+
+// readManifests reads the objects of the YAML files of dir, in file name order, each file
+// through rewrite when it is given; a kustomization file is not an object to apply.
+func readManifests(dir string, rewrite func([]byte) []byte) ([]*unstructured.Unstructured, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		return nil, err
@@ -70,6 +74,9 @@ func (c *Config) manifestObjects(dir string, rewrite func([]byte) []byte) ([]*un
 	sort.Strings(files)
 	var out []*unstructured.Unstructured
 	for _, f := range files {
+		if strings.HasPrefix(filepath.Base(f), "kustomization") {
+			continue
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err

@@ -23,15 +23,16 @@ import (
 //
 //   - csi-provisioner, csi-attacher: built from the module proxy at the manifests'
 //     versions (csisidecars.go), as for the hostpath driver of make up;
+//   - csi-snapshotter: built from the module proxy at the manifest's version
+//     (snapshots.go), with the snapshot CRDs and controller the csimock scope installs;
 //   - csi-node-driver-registrar: the project's registrar (test/images/csi-registrar), the
 //     module being refused by the proxy;
 //   - hostpathplugin: test/images/csi-mock, which takes the plugin's flags and is the mock
 //     driver or the proxy the manifests ask for (that module is refused too);
 //   - e2e-test-images/busybox: the harness's busybox, as for any tag of it.
 //
-// csi-resizer and csi-snapshotter are not provided: the resizer's module is refused, and
-// the snapshot specs need the snapshot CRDs and controller, which the harness does not
-// install; the conformance runner skips the specs that deploy them.
+// csi-resizer is not provided: its module is refused; the conformance runner skips the
+// specs that deploy it.
 const csiMockManifests = "test/e2e/testing-manifests/storage-csi/mock"
 
 // publicRegistry is where the upstream manifests' images come from; the repo list and
@@ -134,9 +135,9 @@ func withLocalImages(refs, images []string) []string {
 	return out
 }
 
-// csiSidecarBuilder makes the image of one of csiSidecars (by binary name): the binary
-// alone, built from the module proxy at its pinned version (a cold build takes minutes; the
-// conformance runner builds them before the cluster comes up).
+// csiSidecarBuilder makes the image of one of csiSidecars or snapshotBinaries (by binary
+// name): the binary alone, built from the module proxy at its pinned version (a cold build
+// takes minutes; the conformance runner builds them before the cluster comes up).
 func csiSidecarBuilder(name string) imageBuilder {
 	return func(ctx context.Context, b *baseImages, tag string) (v1.Image, string, string, error) {
 		s, ok := csiSidecar(name)
@@ -160,9 +161,14 @@ func csiSidecarBuilder(name string) imageBuilder {
 	}
 }
 
-// csiSidecar returns the sidecar of csiSidecars that builds the binary name.
+// csiSidecar returns the binary of csiSidecars or snapshotBinaries named name.
 func csiSidecar(name string) (moduleBinary, bool) {
 	for _, s := range csiSidecars {
+		if s.bin.name == name {
+			return s.bin, true
+		}
+	}
+	for _, s := range snapshotBinaries {
 		if s.bin.name == name {
 			return s.bin, true
 		}

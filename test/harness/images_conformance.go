@@ -84,6 +84,7 @@ var conformanceBuilders = map[string]imageBuilder{
 	// (CSIMockImageRefs), so only its runs build them.
 	"sig-storage/csi-provisioner":           csiSidecarBuilder("csi-provisioner"),
 	"sig-storage/csi-attacher":              csiSidecarBuilder("csi-attacher"),
+	"sig-storage/csi-snapshotter":           csiSidecarBuilder("csi-snapshotter"),
 	"sig-storage/csi-node-driver-registrar": csiRegistrarBuilder,
 	"sig-storage/hostpathplugin":            csiMockPluginBuilder,
 }

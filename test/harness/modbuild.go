@@ -20,6 +20,9 @@ type moduleBinary struct {
 	// alignWith, when set, is a module whose versions of the modules both use this one is
 	// built with (modalign.go): built after it, it finds those packages in the build cache.
 	alignWith *moduleBinary
+	// modEdit, when set, are `go mod edit` arguments applied to the copy before the build:
+	// for a module whose go.mod replaces a module by a directory its zip does not hold.
+	modEdit []string
 }
 
 // binDir is where the binary lives once built: <cache>/<name>-<version>/bin.
@@ -53,6 +56,11 @@ func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (_ stri
 	}
 	if err := chmodTree(src, 0o200); err != nil {
 		return "", err
+	}
+	if len(b.modEdit) > 0 {
+		if err := goCmdIn(ctx, src, nil, append([]string{"mod", "edit"}, b.modEdit...)...); err != nil {
+			return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
+		}
 	}
 	if b.alignWith != nil {
 		p.setPhase("aligning its dependencies with " + b.alignWith.name + "'s")

@@ -10,13 +10,18 @@ import (
 )
 
 // ControllerGetCapabilities advertises what the controller service implements:
-// CREATE_DELETE_VOLUME always, PUBLISH_UNPUBLISH_VOLUME and EXPAND_VOLUME as configured.
-// Nothing else, so that no sidecar calls what the mock does not answer.
+// CREATE_DELETE_VOLUME, CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS always (as the hostpath
+// plugin does), PUBLISH_UNPUBLISH_VOLUME and EXPAND_VOLUME as configured. Nothing else, so
+// that no sidecar calls what the mock does not answer.
 func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	rpc := func(t csi.ControllerServiceCapability_RPC_Type) *csi.ControllerServiceCapability {
 		return &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}}
 	}
-	caps := []*csi.ControllerServiceCapability{rpc(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)}
+	caps := []*csi.ControllerServiceCapability{
+		rpc(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME),
+		rpc(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT),
+		rpc(csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS),
+	}
 	if d.cfg.EnableAttach {
 		caps = append(caps, rpc(csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME))
 	}
@@ -28,8 +33,9 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 
 // CreateVolume makes a volume of the required size (1 GiB when none is asked for), in the
 // node's segment when the driver is topology-aware; its volume context is the request's
-// parameters. A second call with the same name returns the same volume, or AlreadyExists
-// when it asks for more than the volume has.
+// parameters; one restored from a snapshot is at least the snapshot's size. A second call
+// with the same name returns the same volume, or AlreadyExists when it asks for more than
+// the volume has.
 func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume name missing")
@@ -37,8 +43,9 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return nil, err
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "volume content sources are not supported: the driver advertises neither snapshots nor clones")
+	src := req.GetVolumeContentSource()
+	if src != nil && src.GetSnapshot() == nil {
+		return nil, status.Error(codes.InvalidArgument, "only snapshots can be a volume's content source: the driver does not advertise clones")
 	}
 	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
 	switch {
@@ -60,15 +67,27 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var from *snapshot
+	if src != nil {
+		id := src.GetSnapshot().GetSnapshotId()
+		if from = d.snapshots[id]; from == nil {
+			return nil, status.Errorf(codes.NotFound, "snapshot %q not found", id)
+		}
+		if limit > 0 && from.size > limit {
+			return nil, status.Errorf(codes.OutOfRange, "snapshot %q has %d bytes, over the limit %d", id, from.size, limit)
+		}
+		capacity = max(capacity, from.size)
+	}
 	if id, ok := d.byName[req.GetName()]; ok {
 		v := d.volumes[id]
-		if v.capacity < required || (limit > 0 && v.capacity > limit) {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with %d bytes", req.GetName(), v.capacity)
+		if v.capacity < required || (limit > 0 && v.capacity > limit) || v.source.GetSnapshot().GetSnapshotId() != src.GetSnapshot().GetSnapshotId() {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with %d bytes, of another source or none", req.GetName(), v.capacity)
 		}
 		return &csi.CreateVolumeResponse{Volume: d.csiVolume(v)}, nil
 	}
 	v := &volume{
 		id:        volumeID(req.GetName()),
+		source:    src,
 		name:      req.GetName(),
 		capacity:  capacity,
 		context:   maps.Clone(req.GetParameters()),
@@ -80,7 +99,7 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 }
 
 func (d *Driver) csiVolume(v *volume) *csi.Volume {
-	out := &csi.Volume{VolumeId: v.id, CapacityBytes: v.capacity, VolumeContext: maps.Clone(v.context)}
+	out := &csi.Volume{VolumeId: v.id, CapacityBytes: v.capacity, VolumeContext: maps.Clone(v.context), ContentSource: v.source}
 	if seg := d.segment(); seg != nil {
 		out.AccessibleTopology = []*csi.Topology{seg}
 	}

@@ -17,7 +17,8 @@
 // Where it departs from the hostpath plugin: it mounts nothing (the plugin's bind mounts
 // would stay in its own mount namespace, csi-mock-driver.yaml having no mount propagation,
 // so the node sees the same directory either way); it advertises only what it answers (no
-// snapshots, clones, capacity, volume listing, volume condition or block volumes); and
+// clones, capacity, volume listing, volume condition or block volumes; snapshots are cut in
+// memory, as the snapshot specs need them only made, listed and deleted); and
 // NodeUnstageVolume or NodeUnpublishVolume of a volume it does not know succeed, where the
 // plugin answers NotFound. The specs delete a claim as soon as its pod is gone, which races
 // with the node's unstaging, and DeleteVolume of a volume still staged forgets it (the
@@ -90,6 +91,8 @@ type volume struct {
 	id, name string
 	capacity int64
 	context  map[string]string
+	// source is the snapshot the volume was restored from, nil for an empty one.
+	source *csi.VolumeContentSource
 	// ephemeral volumes are made by NodePublishVolume and go with their last target.
 	ephemeral bool
 	attached  bool
@@ -106,6 +109,8 @@ type Driver struct {
 	mu      sync.Mutex // held around every call
 	volumes map[string]*volume
 	byName  map[string]string // volume name -> ID, for CreateVolume's idempotency
+	// snapshots by ID; the ID is derived from the name (snapshotID).
+	snapshots map[string]*snapshot
 
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedControllerServer
@@ -132,7 +137,7 @@ func New(cfg Config) (*Driver, error) {
 	case cfg.AttachLimit < 0 || cfg.MaxVolumeSize < 0:
 		return nil, errors.New("negative limits")
 	}
-	return &Driver{cfg: cfg, volumes: map[string]*volume{}, byName: map[string]string{}}, nil
+	return &Driver{cfg: cfg, volumes: map[string]*volume{}, byName: map[string]string{}, snapshots: map[string]*snapshot{}}, nil
 }
 
 // Register adds the driver's three services to srv.

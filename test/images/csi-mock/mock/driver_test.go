@@ -61,7 +61,7 @@ func TestCapabilities(t *testing.T) {
 			name:   "plain",
 			mutate: func(*Config) {},
 			plugin: []string{"CONTROLLER_SERVICE"},
-			ctrl:   []string{"CREATE_DELETE_VOLUME"},
+			ctrl:   []string{"CREATE_DELETE_VOLUME", "CREATE_DELETE_SNAPSHOT", "LIST_SNAPSHOTS"},
 			node:   []string{"STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS"},
 		},
 		{
@@ -71,7 +71,7 @@ func TestCapabilities(t *testing.T) {
 				c.ControllerExpansion, c.NodeExpansion = true, true
 			},
 			plugin:     []string{"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS", "expansion ONLINE"},
-			ctrl:       []string{"CREATE_DELETE_VOLUME", "PUBLISH_UNPUBLISH_VOLUME", "EXPAND_VOLUME"},
+			ctrl:       []string{"CREATE_DELETE_VOLUME", "CREATE_DELETE_SNAPSHOT", "LIST_SNAPSHOTS", "PUBLISH_UNPUBLISH_VOLUME", "EXPAND_VOLUME"},
 			node:       []string{"STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS", "EXPAND_VOLUME"},
 			topology:   true,
 			maxVolumes: 2,
@@ -80,7 +80,7 @@ func TestCapabilities(t *testing.T) {
 			name:   "node expansion only",
 			mutate: func(c *Config) { c.NodeExpansion = true },
 			plugin: []string{"CONTROLLER_SERVICE", "expansion ONLINE"},
-			ctrl:   []string{"CREATE_DELETE_VOLUME"},
+			ctrl:   []string{"CREATE_DELETE_VOLUME", "CREATE_DELETE_SNAPSHOT", "LIST_SNAPSHOTS"},
 			node:   []string{"STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS", "EXPAND_VOLUME"},
 		},
 	}
