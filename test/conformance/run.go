@@ -61,16 +61,16 @@ const ScopeCSIMock = "csimock"
 //     kernel has not;
 //   - [Feature:OffByDefault]: they need a feature gate that is off by default
 //     (CSIVolumeHealth, alpha), which the harness does not turn on;
-//   - "CSI Mock volume expansion": every spec of it deploys csi-resizer, whose module the
-//     Go module proxy refuses; the harness has no stand-in for it.
 //
 // The [Feature:VolumeSnapshotDataSource] specs run: the scope installs the snapshot CRDs
-// and controller (harness.Config.VolumeSnapshots), and csi-snapshotter is built.
+// and controller (harness.Config.VolumeSnapshots), and csi-snapshotter is built. The
+// "CSI Mock volume expansion" specs run with the project's csi-resizer
+// (test/images/csi-resizer), the resizer's module being refused by the Go module proxy.
 // The [Feature:StorageCapacityScoring] specs run: their feature gate is on by default at
 // v1.37, and the three of them that compare two nodes skip themselves on one.
 const (
 	csiMockFocus = `\[sig-storage\] CSI Mock`
-	csiMockSkip  = `\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:SELinux\]|\[Feature:OffByDefault\]|CSI Mock volume expansion`
+	csiMockSkip  = `\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:SELinux\]|\[Feature:OffByDefault\]`
 )
 
 const (
@@ -130,7 +130,7 @@ type Options struct {
 	// Out receives ginkgo's console output and progress. Default os.Stdout.
 	Out io.Writer
 	// FewImages skips the images that take a build of their own (the sample API server):
-	// for the smoke run, whose specs do not use them.
+	// for the smoke run and ScopeCSIMock, whose specs do not use them.
 	FewImages bool
 	// CSIMockDrivers readies the cluster for the drivers the CSI Mock specs deploy: the
 	// kubernetes Service, the sidecars built before the cluster comes up, the manifests'
@@ -174,6 +174,8 @@ func (o *Options) complete() error {
 		}
 		o.Focus, o.Skip = csiMockFocus, csiMockSkip
 		o.CSIMockDrivers, o.VolumeSnapshots = true, true
+		// The CSI Mock specs use none of the images of a build of their own.
+		o.FewImages = true
 	default:
 		return fmt.Errorf("scope %q: want empty, %q, %q or %q", o.Scope, ScopeAll, ScopeNode, ScopeCSIMock)
 	}

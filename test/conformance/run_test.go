@@ -28,7 +28,7 @@ func TestScopes(t *testing.T) {
 		{ScopeCSIMock, "[sig-storage] CSI Mock selinux on mount SELinuxMount [LinuxOnly] [Feature:SELinux] should pass SELinux mount option for RWOP volume and Pod with SELinux context set [FeatureGate:SELinuxMountReadWriteOncePod]", false},
 		{ScopeCSIMock, "[sig-storage] CSI Mock Node Volume Health [FeatureGate:CSIVolumeHealth] CSI Mock Node Volume Health return normal volume health [Alpha] [Feature:OffByDefault] [Slow]", false},
 		{ScopeCSIMock, "[sig-storage] CSI Mock volume snapshot CSI Volume Snapshots secrets [Feature:VolumeSnapshotDataSource] volume snapshot create/delete with secrets", true},
-		{ScopeCSIMock, "[sig-storage] CSI Mock volume expansion CSI Volume expansion should expand volume without restarting pod if nodeExpansion=off", false},
+		{ScopeCSIMock, "[sig-storage] CSI Mock volume expansion CSI Volume expansion should expand volume without restarting pod if nodeExpansion=off", true},
 		{ScopeCSIMock, "[sig-storage] CSIInlineVolumes should support CSIVolumeSource in Pod API [Conformance]", false},
 		{ScopeCSIMock, "[sig-storage] CSI Volumes [Driver: csi-hostpath] [Testpattern: Dynamic PV (default fs)] provisioning should provision storage with defaults", false},
 	} {

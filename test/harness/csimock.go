@@ -27,12 +27,11 @@ import (
 //     (snapshots.go), with the snapshot CRDs and controller the csimock scope installs;
 //   - csi-node-driver-registrar: the project's registrar (test/images/csi-registrar), the
 //     module being refused by the proxy;
+//   - csi-resizer: the project's resizer (test/images/csi-resizer), that module being
+//     refused too;
 //   - hostpathplugin: test/images/csi-mock, which takes the plugin's flags and is the mock
 //     driver or the proxy the manifests ask for (that module is refused too);
 //   - e2e-test-images/busybox: the harness's busybox, as for any tag of it.
-//
-// csi-resizer is not provided: its module is refused; the conformance runner skips the
-// specs that deploy it.
 const csiMockManifests = "test/e2e/testing-manifests/storage-csi/mock"
 
 // publicRegistry is where the upstream manifests' images come from; the repo list and
@@ -188,6 +187,20 @@ func csiRegistrarBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image
 	}
 	img, err := imageOf(v1.Config{Entrypoint: []string{"/csi-registrar"}, Env: []string{imagePath}}, l)
 	return img, "the project's registrar (test/images/csi-registrar): gets the driver's name, serves the plugin registration socket to the node agent and /healthz; upstream's module is refused by the Go module proxy", "", err
+}
+
+// csiResizerBuilder makes csi-resizer's image of the project's resizer.
+func csiResizerBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
+	data, err := b.cfg.buildImageBinary(ctx, "csi-resizer", "./test/images/csi-resizer")
+	if err != nil {
+		return nil, "", "", err
+	}
+	l, err := layerOf([]tarFile{{name: "csi-resizer", mode: 0o755, data: data}})
+	if err != nil {
+		return nil, "", "", err
+	}
+	img, err := imageOf(v1.Config{Entrypoint: []string{"/csi-resizer"}, Env: []string{imagePath}}, l)
+	return img, "the project's resizer (test/images/csi-resizer): external-resizer v2.2.0's resize controller with volume expansion recovery, the pre-resize annotation and its flags, without the VolumeAttributesClass modify controller or metrics; upstream's module is refused by the Go module proxy", "", err
 }
 
 // csiMockPluginBuilder makes hostpathplugin's image of test/images/csi-mock, over busybox

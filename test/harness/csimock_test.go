@@ -97,8 +97,7 @@ func TestWithLocalImages(t *testing.T) {
 
 // TestCSIMockManifestsHaveBuilders reads the CSI Mock manifests of the pinned release
 // (from the module cache, downloaded if need be) and checks that the harness makes
-// every image they name but the one it leaves out on purpose (csi-resizer), each sidecar at
-// the version the manifests name.
+// every image they name, each sidecar at the version the manifests name.
 func TestCSIMockManifestsHaveBuilders(t *testing.T) {
 	version, err := KubeVersion("../..")
 	if err != nil {
@@ -115,15 +114,11 @@ func TestCSIMockManifestsHaveBuilders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	notProvided := map[string]bool{"sig-storage/csi-resizer": true}
 	var built []string
 	for _, ref := range withLocalImages(nil, images) {
 		repo, tag, ok := localRepoTag(ref)
 		if !ok {
 			t.Errorf("%s: not at a local name", ref)
-			continue
-		}
-		if notProvided[repo] {
 			continue
 		}
 		if conformanceBuilders[repo] == nil {
@@ -134,7 +129,7 @@ func TestCSIMockManifestsHaveBuilders(t *testing.T) {
 		}
 		built = append(built, repo)
 	}
-	for _, want := range []string{"sig-storage/csi-provisioner", "sig-storage/csi-attacher", "sig-storage/csi-snapshotter", "sig-storage/csi-node-driver-registrar", "sig-storage/hostpathplugin", "e2e-test-images/busybox"} {
+	for _, want := range []string{"sig-storage/csi-provisioner", "sig-storage/csi-attacher", "sig-storage/csi-snapshotter", "sig-storage/csi-node-driver-registrar", "sig-storage/csi-resizer", "sig-storage/hostpathplugin", "e2e-test-images/busybox"} {
 		if !slices.Contains(built, want) {
 			t.Errorf("the manifests no longer name %s (they name %q): check the CSI Mock stand-ins", want, images)
 		}

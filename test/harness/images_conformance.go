@@ -86,6 +86,7 @@ var conformanceBuilders = map[string]imageBuilder{
 	"sig-storage/csi-attacher":              csiSidecarBuilder("csi-attacher"),
 	"sig-storage/csi-snapshotter":           csiSidecarBuilder("csi-snapshotter"),
 	"sig-storage/csi-node-driver-registrar": csiRegistrarBuilder,
+	"sig-storage/csi-resizer":               csiResizerBuilder,
 	"sig-storage/hostpathplugin":            csiMockPluginBuilder,
 }
 
