@@ -169,10 +169,14 @@ func (o *Options) complete() error {
 		}
 		o.Focus, o.Skip = nodeFocus, nodeSkip
 	case ScopeCSIMock:
-		if o.Focus != "" || o.Skip != "" {
-			return fmt.Errorf("scope %q sets its own focus and skip", o.Scope)
+		// A focus may narrow the scope to some of its groups: it starts with the scope's.
+		if o.Focus != "" && !strings.HasPrefix(o.Focus, csiMockFocus) || o.Skip != "" {
+			return fmt.Errorf("scope %q sets its own skip, and a focus only within %s", o.Scope, csiMockFocus)
 		}
-		o.Focus, o.Skip = csiMockFocus, csiMockSkip
+		if o.Focus == "" {
+			o.Focus = csiMockFocus
+		}
+		o.Skip = csiMockSkip
 		o.CSIMockDrivers, o.VolumeSnapshots = true, true
 		// The CSI Mock specs use none of the images of a build of their own.
 		o.FewImages = true

@@ -47,6 +47,10 @@ func TestScopes(t *testing.T) {
 			t.Errorf("scope %q took a focus of its own", scope)
 		}
 	}
+	narrow := Options{Scope: ScopeCSIMock, Focus: csiMockFocus + " volume snapshot"}
+	if err := narrow.complete(); err != nil || narrow.Skip != csiMockSkip || !narrow.VolumeSnapshots {
+		t.Errorf("the csimock scope narrowed to a group: %v, %+v", err, narrow)
+	}
 	if err := (&Options{Scope: "everything"}).complete(); err == nil {
 		t.Error("an unknown scope was taken")
 	}
