@@ -273,7 +273,8 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 		return nil, err
 	}
 	if opts.CSIMockDrivers {
-		if refs, err = cfg.CSIMockImageRefs(ctx, refs); err != nil {
+		// The sidecars of the snapshot and expansion specs for the scope, not the smoke.
+		if refs, err = cfg.CSIMockImageRefs(ctx, refs, opts.Scope == ScopeCSIMock); err != nil {
 			return nil, fmt.Errorf("the CSI Mock manifests' images: %w", err)
 		}
 	}

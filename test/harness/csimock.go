@@ -38,24 +38,34 @@ const csiMockManifests = "test/e2e/testing-manifests/storage-csi/mock"
 // containerd's registry hosts put the local registry in its place.
 const publicRegistry = "registry.k8s.io/"
 
+// csiMockExtraManifests are the manifests of the sidecars only the snapshot and expansion
+// specs deploy: the smoke run, which has neither, leaves their images (minutes of builds on
+// a new machine) out.
+var csiMockExtraManifests = []string{"csi-mock-driver-resizer.yaml", "csi-mock-driver-snapshotter.yaml"}
+
 // CSIMockImageRefs returns refs (as `e2e.test --list-images` prints them) with every image
 // the CSI Mock manifests of the pinned release name at its local name, which is where the
-// specs' pods pull it from, in place of its public one.
-func (c *Config) CSIMockImageRefs(ctx context.Context, refs []string) ([]string, error) {
+// specs' pods pull it from, in place of its public one; without extras, those of
+// csiMockExtraManifests are left out.
+func (c *Config) CSIMockImageRefs(ctx context.Context, refs []string, extras bool) ([]string, error) {
 	_, mod, err := c.kubernetesModule(ctx)
 	if err != nil {
 		return nil, err
 	}
-	images, err := manifestImages(filepath.Join(mod.Dir, csiMockManifests))
+	var skip []string
+	if !extras {
+		skip = csiMockExtraManifests
+	}
+	images, err := manifestImages(filepath.Join(mod.Dir, csiMockManifests), skip...)
 	if err != nil {
 		return nil, err
 	}
 	return withLocalImages(refs, images), nil
 }
 
-// manifestImages returns the images the pod templates of the manifests in dir name, sorted,
-// each once.
-func manifestImages(dir string) ([]string, error) {
+// manifestImages returns the images the pod templates of the manifests in dir name (but
+// those of the files named in skip), sorted, each once.
+func manifestImages(dir string, skip ...string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		return nil, err
@@ -65,6 +75,9 @@ func manifestImages(dir string) ([]string, error) {
 	}
 	var images []string
 	for _, f := range files {
+		if slices.Contains(skip, filepath.Base(f)) {
+			continue
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err

@@ -134,4 +134,18 @@ func TestCSIMockManifestsHaveBuilders(t *testing.T) {
 			t.Errorf("the manifests no longer name %s (they name %q): check the CSI Mock stand-ins", want, images)
 		}
 	}
+	// The smoke run's images: not the snapshot and expansion sidecars, whose cold builds
+	// would lengthen make test by minutes.
+	smoke, err := manifestImages(dir, csiMockExtraManifests...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, im := range smoke {
+		if strings.Contains(im, "csi-resizer") || strings.Contains(im, "csi-snapshotter") {
+			t.Errorf("the smoke run's images include %s", im)
+		}
+	}
+	if !slices.Contains(smoke, publicRegistry+csiProvisionerPath) {
+		t.Errorf("the smoke run's images %q lack csi-provisioner", smoke)
+	}
 }
