@@ -19,15 +19,13 @@ import (
 // volume-snapshot-controller StatefulSet in kube-system, with its metrics on :9102, which is
 // where e2e.test's metrics grabber looks for them; the CSI Mock manifests run csi-snapshotter
 // beside the driver. Both binaries come from external-snapshotter at the release the two
-// name (TestSnapshotterVersionIsThePinnedReleases).
+// name (TestSnapshotAddonIsWhatTheHarnessBuilds, TestCSIMockManifestsHaveBuilders).
 const CSISnapshotterVersion = "v8.6.0"
 
 const (
-	snapshotAddon        = "cluster/addons/volumesnapshots"
-	snapshotterModule    = "github.com/kubernetes-csi/external-snapshotter/v8"
-	snapshotClientModule = "github.com/kubernetes-csi/external-snapshotter/client/v8"
-	// SnapshotControllerPod is the addon's one controller pod.
-	SnapshotControllerPod  = "volume-snapshot-controller-0"
+	snapshotAddon          = "cluster/addons/volumesnapshots"
+	snapshotterModule      = "github.com/kubernetes-csi/external-snapshotter/v8"
+	snapshotClientModule   = "github.com/kubernetes-csi/external-snapshotter/client/v8"
 	snapshotControllerSet  = "volume-snapshot-controller"
 	csiSnapshotterPath     = "sig-storage/csi-snapshotter:" + CSISnapshotterVersion
 	snapshotControllerPath = "sig-storage/snapshot-controller:" + CSISnapshotterVersion
