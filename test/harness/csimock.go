@@ -190,29 +190,13 @@ func csiSidecar(name string) (moduleBinary, bool) {
 
 // csiRegistrarBuilder makes node-driver-registrar's image of the project's registrar.
 func csiRegistrarBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
-	data, err := b.cfg.buildImageBinary(ctx, "csi-registrar", "./test/images/csi-registrar")
-	if err != nil {
-		return nil, "", "", err
-	}
-	l, err := layerOf([]tarFile{{name: "csi-registrar", mode: 0o755, data: data}})
-	if err != nil {
-		return nil, "", "", err
-	}
-	img, err := imageOf(v1.Config{Entrypoint: []string{"/csi-registrar"}, Env: []string{imagePath}}, l)
+	img, err := b.cfg.projectImage(ctx, "csi-registrar")
 	return img, "the project's registrar (test/images/csi-registrar): gets the driver's name, serves the plugin registration socket to the node agent and /healthz; upstream's module is refused by the Go module proxy", "", err
 }
 
 // csiResizerBuilder makes csi-resizer's image of the project's resizer.
 func csiResizerBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
-	data, err := b.cfg.buildImageBinary(ctx, "csi-resizer", "./test/images/csi-resizer")
-	if err != nil {
-		return nil, "", "", err
-	}
-	l, err := layerOf([]tarFile{{name: "csi-resizer", mode: 0o755, data: data}})
-	if err != nil {
-		return nil, "", "", err
-	}
-	img, err := imageOf(v1.Config{Entrypoint: []string{"/csi-resizer"}, Env: []string{imagePath}}, l)
+	img, err := b.cfg.projectImage(ctx, "csi-resizer")
 	return img, "the project's resizer (test/images/csi-resizer): external-resizer v2.2.0's resize controller with volume expansion recovery, the pre-resize annotation and its flags, without the VolumeAttributesClass modify controller or metrics; upstream's module is refused by the Go module proxy", "", err
 }
 
@@ -220,16 +204,22 @@ func csiResizerBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, 
 // so that one can exec into it. It stands in for the plugin only as the CSI Mock manifests
 // run it.
 func csiMockPluginBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
-	data, err := b.cfg.buildImageBinary(ctx, "csi-mock", "./test/images/csi-mock")
-	if err != nil {
-		return nil, "", "", err
-	}
-	l, err := layerOf([]tarFile{{name: "csi-mock", mode: 0o755, data: data}})
-	if err != nil {
-		return nil, "", "", err
-	}
-	img, err := imageOf(v1.Config{Entrypoint: []string{"/csi-mock"}, Env: []string{imagePath}}, b.busyboxLayer, l)
+	img, err := b.cfg.projectImage(ctx, "csi-mock", b.busyboxLayer)
 	return img, "test/images/csi-mock, for the CSI Mock specs only: with -proxy-endpoint it pairs the CSI socket with the connections e2e.test makes to the pod's port (e2e.test serves its embedded mock driver on them); without, an in-memory mock driver with the hostpath plugin's flags that logs every call as `gRPCCall: <json>` for e2e.test; upstream's module is refused by the Go module proxy", "", err
+}
+
+// projectImage is the image of the project's command test/images/<name>, built by
+// buildImageBinary, as /<name> over the layers under.
+func (c *Config) projectImage(ctx context.Context, name string, under ...v1.Layer) (v1.Image, error) {
+	data, err := c.buildImageBinary(ctx, name, "./test/images/"+name)
+	if err != nil {
+		return nil, err
+	}
+	l, err := layerOf([]tarFile{{name: name, mode: 0o755, data: data}})
+	if err != nil {
+		return nil, err
+	}
+	return imageOf(v1.Config{Entrypoint: []string{"/" + name}, Env: []string{imagePath}}, append(under, l)...)
 }
 
 // buildImageBinary compiles one of the project's image commands statically into the run
