@@ -83,10 +83,11 @@ const (
 
 // SmokeSpecs are a few fast, reliable conformance specs that touch the main paths of a
 // node: a pod's status, its environment, the downward API, logs, and the configMap,
-// secret and emptyDir volumes; and three CSI Mock specs, each deploying the mock driver
+// secret and emptyDir volumes; and four CSI Mock specs, each deploying the mock driver
 // and its sidecars: an inline ephemeral volume with the pod's details in its volume
-// context, a volume attached before it is staged, and NodeStage failures answered
-// through the proxy to the mock inside e2e.test, then a NodeUnstage.
+// context, a volume attached before it is staged, NodeStage failures answered
+// through the proxy to the mock inside e2e.test, then a NodeUnstage; and a claim grown
+// while its pod runs, through the project's csi-resizer and the node's NodeExpandVolume.
 var SmokeSpecs = []string{
 	"[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
 	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars [Conformance] [NodeConformance]",
@@ -99,6 +100,7 @@ var SmokeSpecs = []string{
 	"[sig-storage] CSI Mock workload info CSI workload information using mock driver contain ephemeral=true when using inline volume",
 	"[sig-storage] CSI Mock volume attach CSI attach test using mock driver should require VolumeAttach for drivers with attachment",
 	"[sig-storage] CSI Mock volume node stage CSI NodeStage error cases should call NodeUnstage after NodeStage success [Slow]",
+	"[sig-storage] CSI Mock volume expansion CSI online volume expansion should expand volume without restarting pod if attach=off, nodeExpansion=on",
 }
 
 // SmokeFocus is the focus that selects exactly SmokeSpecs.
@@ -273,8 +275,12 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 		return nil, err
 	}
 	if opts.CSIMockDrivers {
-		// The sidecars of the snapshot and expansion specs for the scope, not the smoke.
-		if refs, err = cfg.CSIMockImageRefs(ctx, refs, opts.Scope == ScopeCSIMock); err != nil {
+		// The snapshotter for the scope, not the smoke.
+		var skip []string
+		if !opts.VolumeSnapshots {
+			skip = append(skip, harness.CSIMockSnapshotterManifest)
+		}
+		if refs, err = cfg.CSIMockImageRefs(ctx, refs, skip...); err != nil {
 			return nil, fmt.Errorf("the CSI Mock manifests' images: %w", err)
 		}
 	}

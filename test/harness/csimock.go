@@ -38,23 +38,19 @@ const csiMockManifests = "test/e2e/testing-manifests/storage-csi/mock"
 // containerd's registry hosts put the local registry in its place.
 const publicRegistry = "registry.k8s.io/"
 
-// csiMockExtraManifests are the manifests of the sidecars only the snapshot and expansion
-// specs deploy: the smoke run, which has neither, leaves their images (minutes of builds on
-// a new machine) out.
-var csiMockExtraManifests = []string{"csi-mock-driver-resizer.yaml", "csi-mock-driver-snapshotter.yaml"}
+// CSIMockSnapshotterManifest is the manifest of the sidecar only the snapshot specs deploy:
+// the smoke run, which has none of them, leaves its image (a build from the module proxy, a
+// minute or more on a new machine) out.
+const CSIMockSnapshotterManifest = "csi-mock-driver-snapshotter.yaml"
 
 // CSIMockImageRefs returns refs (as `e2e.test --list-images` prints them) with every image
 // the CSI Mock manifests of the pinned release name at its local name, which is where the
-// specs' pods pull it from, in place of its public one; without extras, those of
-// csiMockExtraManifests are left out.
-func (c *Config) CSIMockImageRefs(ctx context.Context, refs []string, extras bool) ([]string, error) {
+// specs' pods pull it from, in place of its public one; the images of the manifests named
+// in skip are left out.
+func (c *Config) CSIMockImageRefs(ctx context.Context, refs []string, skip ...string) ([]string, error) {
 	_, mod, err := c.kubernetesModule(ctx)
 	if err != nil {
 		return nil, err
-	}
-	var skip []string
-	if !extras {
-		skip = csiMockExtraManifests
 	}
 	images, err := manifestImages(filepath.Join(mod.Dir, csiMockManifests), skip...)
 	if err != nil {
@@ -230,7 +226,9 @@ func (c *Config) buildImageBinary(ctx context.Context, name, pkg string) ([]byte
 		return nil, err
 	}
 	p := c.startQuietBuild(name+" image", name)
-	err := runBuild(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, p, "go", "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+	// Without -trimpath, as buildCSIImages: the client libraries the unit tests compiled are
+	// found compiled (the resizer's build in make test's smoke run, on a new machine).
+	err := runBuild(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, p, "go", "build", "-v", "-ldflags", "-s -w", "-o", out, pkg)
 	p.end(err)
 	if err != nil {
 		return nil, err
