@@ -38,8 +38,9 @@ down:
 upstream:
 	@$(HARNESS) build
 
-# The conformance smoke run needs the upstream e2e.test (about 4 minutes of a cold build):
-# make test builds it in the background, at the lowest priority, while the suites after
+# The conformance smoke run needs the upstream e2e.test (about 4 minutes of a cold build)
+# and external-snapshotter (about a minute, after the e2e suite's csi-provisioner):
+# make test builds them in the background, at the lowest priority, while the suites after
 # the lifecycle suite mostly wait (the lifecycle suite's memory-pressure test must not
 # share the machine with a linker); the smoke run waits for that build if it is still on.
 test: unit

@@ -86,8 +86,10 @@ const (
 // secret and emptyDir volumes; and four CSI Mock specs, each deploying the mock driver
 // and its sidecars: an inline ephemeral volume with the pod's details in its volume
 // context, a volume attached before it is staged, NodeStage failures answered
-// through the proxy to the mock inside e2e.test, then a NodeUnstage; and a claim grown
-// while its pod runs, through the project's csi-resizer and the node's NodeExpandVolume.
+// through the proxy to the mock inside e2e.test, then a NodeUnstage; a claim grown
+// while its pod runs, through the project's csi-resizer and the node's NodeExpandVolume;
+// and a snapshot of a pod's claim taken and deleted through csi-snapshotter and the
+// snapshot controller, whose metrics the spec reads (Options.VolumeSnapshots).
 var SmokeSpecs = []string{
 	"[sig-node] Pods should get a host IP [Conformance] [NodeConformance]",
 	"[sig-node] Downward API should provide pod name, namespace and IP address as env vars [Conformance] [NodeConformance]",
@@ -101,6 +103,7 @@ var SmokeSpecs = []string{
 	"[sig-storage] CSI Mock volume attach CSI attach test using mock driver should require VolumeAttach for drivers with attachment",
 	"[sig-storage] CSI Mock volume node stage CSI NodeStage error cases should call NodeUnstage after NodeStage success [Slow]",
 	"[sig-storage] CSI Mock volume expansion CSI online volume expansion should expand volume without restarting pod if attach=off, nodeExpansion=on",
+	"[sig-storage] CSI Mock volume snapshot CSI Snapshot Controller metrics [Feature:VolumeSnapshotDataSource] snapshot controller should emit dynamic CreateSnapshot, CreateSnapshotAndReady, and DeleteSnapshot metrics",
 }
 
 // SmokeFocus is the focus that selects exactly SmokeSpecs.
@@ -275,7 +278,7 @@ func Run(ctx context.Context, cfg *harness.Config, opts Options) (*Result, error
 		return nil, err
 	}
 	if opts.CSIMockDrivers {
-		// The snapshotter for the scope, not the smoke.
+		// The snapshotter only where snapshots are installed.
 		var skip []string
 		if !opts.VolumeSnapshots {
 			skip = append(skip, harness.CSIMockSnapshotterManifest)

@@ -36,7 +36,18 @@ func (c *Config) binDir(b moduleBinary) string {
 func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (_ string, err error) {
 	bin := c.binDir(b)
 	out := filepath.Join(bin, b.name)
-	if complete(bin, map[string]string{b.name: b.pkg}) {
+	want := map[string]string{b.name: b.pkg}
+	if complete(bin, want) {
+		return out, nil
+	}
+	// make test builds some of these in the background (build-conformance) while a run
+	// may want them: one process builds, the other waits for it.
+	unlock, err := c.lockBuild(b.name + "-" + b.version)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if complete(bin, want) { // built by the process we waited for
 		return out, nil
 	}
 	p := c.startBuild(b.name+" "+b.version, []string{b.name}, "")

@@ -54,6 +54,7 @@ func main() {
 		opts.Name = "smoke-" + opts.Agent
 		opts.FewImages = true
 		opts.CSIMockDrivers = true
+		opts.VolumeSnapshots = true
 	} else if opts.Scope != "" {
 		opts.Name = opts.Agent + "-" + opts.Scope
 	}

@@ -5,8 +5,8 @@
 //	harness env    print the shell lines to use the running cluster
 //	harness packages  install the Debian packages the harness and the tests use, if missing
 //	harness build  build (or find cached) the upstream binaries, the CSI sidecars, CoreDNS and containerd
-//	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo)
-//	                           and upstream busybox for its images
+//	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo),
+//	                           upstream busybox for its images and external-snapshotter
 //
 // Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
 // NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none),
@@ -98,6 +98,11 @@ func run(ctx context.Context, cmd string) error {
 		start := time.Now()
 		bb, err := cfg.EnsureBusybox(ctx)
 		if err != nil {
+			return err
+		}
+		// The smoke run's snapshot spec: csi-snapshotter and snapshot-controller, after
+		// csi-provisioner (the e2e suite's) whose compiled packages they share.
+		if _, err := cfg.EnsureSnapshotter(ctx); err != nil {
 			return err
 		}
 		bin, err := cfg.EnsureConformance(ctx)
