@@ -4,6 +4,7 @@ package pleg
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -13,16 +14,19 @@ import (
 )
 
 // Cache is the observed runtime state of every pod, as of the last
-// relist. Only the relist goroutine writes it; workers read it.
+// relist of the whole runtime or, for a pod relisted alone since, of that
+// pod's. Only the relist goroutine writes it; workers read it.
 type Cache struct {
-	mu      sync.Mutex
-	pods    map[types.UID]*runtime.PodStatus
-	stamp   time.Time     // start of the relist that produced pods
-	updated chan struct{} // closed and replaced on every update
+	mu    sync.Mutex
+	pods  map[types.UID]*runtime.PodStatus
+	stamp time.Time // start of the relist of the whole runtime that produced pods
+	// podStamps are the starts of the relists of one pod since then.
+	podStamps map[types.UID]time.Time
+	updated   chan struct{} // closed and replaced on every update
 }
 
 func newCache() *Cache {
-	return &Cache{pods: map[types.UID]*runtime.PodStatus{}, updated: make(chan struct{})}
+	return &Cache{pods: map[types.UID]*runtime.PodStatus{}, podStamps: map[types.UID]time.Time{}, updated: make(chan struct{})}
 }
 
 // set replaces the whole state with the result of a relist started at stamp.
@@ -31,8 +35,48 @@ func (c *Cache) set(pods map[types.UID]*runtime.PodStatus, stamp time.Time) {
 	defer c.mu.Unlock()
 	c.pods = pods
 	c.stamp = stamp
+	clear(c.podStamps)
+	c.notifyLocked()
+}
+
+// setPod replaces one pod's state with the result of its relist started at
+// stamp; nil when the runtime has nothing of it.
+func (c *Cache) setPod(uid types.UID, s *runtime.PodStatus, stamp time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s == nil {
+		delete(c.pods, uid)
+	} else {
+		c.pods[uid] = s
+	}
+	c.podStamps[uid] = stamp
+	c.notifyLocked()
+}
+
+func (c *Cache) notifyLocked() {
 	close(c.updated)
 	c.updated = make(chan struct{})
+}
+
+// all is a copy of the state of every pod.
+func (c *Cache) all() map[types.UID]*runtime.PodStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.pods)
+}
+
+// size is the number of pods cached.
+func (c *Cache) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pods)
+}
+
+// wholeStamp is when the last relist of the whole runtime started.
+func (c *Cache) wholeStamp() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stamp
 }
 
 // Get returns a pod's observed state (an empty one when the runtime has
@@ -40,7 +84,15 @@ func (c *Cache) set(pods map[types.UID]*runtime.PodStatus, stamp time.Time) {
 func (c *Cache) Get(uid types.UID) (*runtime.PodStatus, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.podLocked(uid), c.stamp
+	return c.podLocked(uid), c.stampLocked(uid)
+}
+
+// stampLocked is when the relist that the pod's state comes from started.
+func (c *Cache) stampLocked(uid types.UID) time.Time {
+	if t, ok := c.podStamps[uid]; ok && t.After(c.stamp) {
+		return t
+	}
+	return c.stamp
 }
 
 func (c *Cache) podLocked(uid types.UID) *runtime.PodStatus {
@@ -50,13 +102,14 @@ func (c *Cache) podLocked(uid types.UID) *runtime.PodStatus {
 	return &runtime.PodStatus{PodRef: runtime.PodRef{UID: uid}}
 }
 
-// GetNewerThan waits until a relist that started after t has completed,
-// and returns the pod's state from it. A worker that has just acted calls
-// it so that it never decides twice from the same stale state.
+// GetNewerThan waits until a relist of the pod (of the whole runtime or
+// of the pod alone) that started after t has completed, and returns the
+// pod's state from it. A worker that has just acted calls it so that it
+// never decides twice from the same stale state.
 func (c *Cache) GetNewerThan(ctx context.Context, uid types.UID, t time.Time) (*runtime.PodStatus, error) {
 	for {
 		c.mu.Lock()
-		if c.stamp.After(t) {
+		if c.stampLocked(uid).After(t) {
 			s := c.podLocked(uid)
 			c.mu.Unlock()
 			return s, nil

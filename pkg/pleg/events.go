@@ -6,15 +6,17 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
 // The runtime's container events (CRI GetContainerEvents, which containerd 2 serves) are
-// the primary signal, as in the kubelet's evented PLEG: an event makes a relist follow
-// within EventRelistDelay, and while the stream is open the periodic relist, the fallback
-// and the health check, runs every EventedRelistPeriod instead of every second. At 250
-// pods the relist every second was the largest single cost of a node at rest (a sixth of
-// its CPU). The cache stays what a relist finds: an event only says when to look.
+// the primary signal, as in the kubelet's evented PLEG: an event makes a relist of its pod
+// follow within EventRelistDelay (podrelist.go), and while the stream is open the
+// periodic relist of the whole runtime, the fallback and the health check, runs every
+// EventedRelistPeriod instead of every second. At 250 pods the relist every second was the
+// largest single cost of a node at rest (a sixth of its CPU). The cache stays what a
+// relist finds: an event only says which pod to look at, and when.
 const (
 	// EventedRelistPeriod is the relist period while the event stream is open: well
 	// within the 3-minute health threshold.
@@ -29,9 +31,10 @@ const (
 	eventRetryMax = 30 * time.Second
 )
 
-// EventSource streams the runtime's container events: it calls onEvent for each one
-// until ctx ends or the stream fails, and returns why it ended.
-type EventSource func(ctx context.Context, onEvent func()) error
+// EventSource streams the runtime's container events: it calls onEvent for each one, with
+// the pod's UID when the event names it and the sandbox's or container's ID, until ctx
+// ends or the stream fails, and returns why it ended.
+type EventSource func(ctx context.Context, onEvent func(uid types.UID, id string)) error
 
 // watchEvents keeps the event stream open until ctx ends, reopening it with back-off. A
 // runtime that does not implement the RPC leaves the PLEG relisting every period.
@@ -85,8 +88,9 @@ func (p *PLEG) watchEvents(ctx context.Context) {
 	}
 }
 
-// eventSeen asks for a relist soon after an event.
-func (p *PLEG) eventSeen() {
+// eventSeen asks for a relist of the event's pod soon after it.
+func (p *PLEG) eventSeen(uid types.UID, id string) {
+	p.pending.add(uid, id)
 	select {
 	case p.eventKick <- struct{}{}:
 	default:

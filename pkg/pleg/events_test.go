@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critesting "k8s.io/cri-api/pkg/apis/testing"
 )
@@ -32,7 +33,7 @@ type fakeEvents struct {
 	opens  atomic.Int64
 }
 
-func (f *fakeEvents) source(ctx context.Context, onEvent func()) error {
+func (f *fakeEvents) source(ctx context.Context, onEvent func(types.UID, string)) error {
 	f.opens.Add(1)
 	for {
 		select {
@@ -41,7 +42,7 @@ func (f *fakeEvents) source(ctx context.Context, onEvent func()) error {
 		case err := <-f.fail:
 			return err
 		case <-f.events:
-			onEvent()
+			onEvent("", "unknown")
 		}
 	}
 }
@@ -104,7 +105,7 @@ func TestNoEventsFromTheRuntimeKeepsRelisting(t *testing.T) {
 	defer cancel()
 	rt := &countingRuntime{FakeRuntimeService: critesting.NewFakeRuntimeService()}
 	var opens atomic.Int64
-	unimplemented := func(context.Context, func()) error {
+	unimplemented := func(context.Context, func(types.UID, string)) error {
 		opens.Add(1)
 		return status.Error(codes.Unimplemented, "unknown method GetContainerEvents")
 	}

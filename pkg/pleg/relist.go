@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,10 @@ type PLEG struct {
 	eventKick     chan struct{}
 	periodChanged chan struct{}
 	eventsOpen    atomic.Bool
+	// podKick is sent to when a worker asks for its pod (RelistPod); pending holds the
+	// pods asked for and the events seen since the last relist (podrelist.go).
+	podKick chan struct{}
+	pending pending
 	// Details read per object, reused while the object is unchanged.
 	sandboxes  map[string]sandboxEntry
 	containers map[string]containerEntry
@@ -107,7 +112,7 @@ func New(cfg Config) (*PLEG, error) {
 		cfg.Metrics = noMetrics{}
 	}
 	return &PLEG{cfg: cfg, cache: newCache(), kick: make(chan struct{}, 1),
-		eventKick: make(chan struct{}, 1), periodChanged: make(chan struct{}, 1),
+		eventKick: make(chan struct{}, 1), periodChanged: make(chan struct{}, 1), podKick: make(chan struct{}, 1),
 		sandboxes: map[string]sandboxEntry{}, containers: map[string]containerEntry{}}, nil
 }
 
@@ -130,7 +135,7 @@ const healthThreshold = 3 * time.Minute
 // when a relist has completed within the last three minutes. The node's
 // readiness includes it.
 func (p *PLEG) Healthy() error {
-	_, t := p.cache.Get("")
+	t := p.cache.wholeStamp()
 	if t.IsZero() {
 		return errors.New("pleg has yet to be successful")
 	}
@@ -140,39 +145,49 @@ func (p *PLEG) Healthy() error {
 	return nil
 }
 
-// Run relists until ctx ends: every period, when a worker asks (RelistSoon), and soon
-// after each container event when Config.Events is set.
+// Run relists until ctx ends: the whole runtime every period and when asked
+// (RelistSoon); the pods a worker asks for (RelistPod) at once, and those of container
+// events (Config.Events) within EventRelistDelay, each pod alone (podrelist.go).
 func (p *PLEG) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("pleg")
 	ctx = klog.NewContext(ctx, logger)
 	if p.cfg.Events != nil {
 		go p.watchEvents(ctx)
 	}
+	whole := true
 	for {
-		if err := p.Relist(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Relist failed")
+		if whole {
+			if err := p.Relist(ctx); err != nil && ctx.Err() == nil {
+				logger.Error(err, "Relist failed")
+			}
+		} else if err := p.relistPending(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Relist of pods failed")
 		}
-		if !p.wait(ctx) {
+		var ok bool
+		if whole, ok = p.wait(ctx); !ok {
 			return nil
 		}
 	}
 }
 
-// wait blocks until the next relist is due: the period has passed since the last one
-// ended, a worker asked, or EventRelistDelay has passed since a container event. It is
-// false once ctx ends.
-func (p *PLEG) wait(ctx context.Context) bool {
+// wait blocks until the next relist is due, and says whether it is of the whole runtime:
+// the period has passed since the last one ended, or RelistSoon asked; or of the pending
+// pods only: a worker asked for its pod, or EventRelistDelay has passed since a container
+// event. It is not ok once ctx ends.
+func (p *PLEG) wait(ctx context.Context) (whole, ok bool) {
 	t := p.cfg.Clock.NewTimer(p.period())
 	defer func() { t.Stop() }()
 	var delay <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return false, false
 		case <-t.C():
-			return true
+			return true, true
 		case <-p.kick:
-			return true
+			return true, true
+		case <-p.podKick:
+			return false, true
 		case <-p.eventKick:
 			if delay == nil {
 				d := p.cfg.Clock.NewTimer(EventRelistDelay)
@@ -180,7 +195,7 @@ func (p *PLEG) wait(ctx context.Context) bool {
 				delay = d.C()
 			}
 		case <-delay:
-			return true
+			return false, true
 		case <-p.periodChanged:
 			t.Stop()
 			t = p.cfg.Clock.NewTimer(p.period())
@@ -191,6 +206,8 @@ func (p *PLEG) wait(ctx context.Context) bool {
 // Relist reads the runtime once, updates the cache and reports changes.
 func (p *PLEG) Relist(ctx context.Context) error {
 	start := p.cfg.Clock.Now()
+	// What was asked for before the start is in this relist.
+	p.pending.take()
 	sbs, err := p.cfg.Runtime.ListPodSandbox(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("relist: %w", err)
@@ -199,6 +216,31 @@ func (p *PLEG) Relist(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("relist: %w", err)
 	}
+	seenSB, seenC := map[string]sandboxEntry{}, map[string]containerEntry{}
+	pods := p.collect(ctx, sbs, cs, seenSB, seenC)
+	old := p.cache.all()
+	p.sandboxes, p.containers = seenSB, seenC
+	p.cache.set(pods, start)
+	p.observe(start, pods)
+	for uid, s := range pods {
+		if !sameState(old[uid], s) {
+			p.cfg.OnChange(s.PodRef)
+		}
+	}
+	for uid, s := range old {
+		if _, ok := pods[uid]; !ok {
+			p.cfg.OnChange(s.PodRef)
+		}
+	}
+	return nil
+}
+
+// collect reads the status of each sandbox and container listed whose state changed since
+// the PLEG last saw it (an exited container's termination message once), reusing what it
+// read before for the others, and groups them by pod. Every entry is recorded in seenSB
+// and seenC. Objects without the agent's labels are not a pod's.
+func (p *PLEG) collect(ctx context.Context, sbs []*runtimeapi.PodSandbox, cs []*runtimeapi.Container,
+	seenSB map[string]sandboxEntry, seenC map[string]containerEntry) map[types.UID]*runtime.PodStatus {
 	pods := map[types.UID]*runtime.PodStatus{}
 	podOf := func(ref runtime.PodRef) *runtime.PodStatus {
 		s, ok := pods[ref.UID]
@@ -208,7 +250,6 @@ func (p *PLEG) Relist(ctx context.Context) error {
 		}
 		return s
 	}
-	seenSB := map[string]sandboxEntry{}
 	for _, sb := range sbs {
 		e, ok := p.sandboxes[sb.GetId()]
 		if !ok || e.state != sb.GetState() {
@@ -222,7 +263,6 @@ func (p *PLEG) Relist(ctx context.Context) error {
 			podOf(ref).Sandboxes = append(podOf(ref).Sandboxes, s)
 		}
 	}
-	seenC := map[string]containerEntry{}
 	for _, c := range cs {
 		e, ok := p.containers[c.GetId()]
 		if !ok || e.state != c.GetState() || e.st == nil {
@@ -241,26 +281,7 @@ func (p *PLEG) Relist(ctx context.Context) error {
 	for _, s := range pods {
 		s.SortNewestFirst()
 	}
-	old := map[types.UID]*runtime.PodStatus{}
-	p.cache.mu.Lock()
-	for k, v := range p.cache.pods {
-		old[k] = v
-	}
-	p.cache.mu.Unlock()
-	p.sandboxes, p.containers = seenSB, seenC
-	p.cache.set(pods, start)
-	p.observe(start, pods)
-	for uid, s := range pods {
-		if fingerprint(old[uid]) != fingerprint(s) {
-			p.cfg.OnChange(s.PodRef)
-		}
-	}
-	for uid, s := range old {
-		if _, ok := pods[uid]; !ok {
-			p.cfg.OnChange(s.PodRef)
-		}
-	}
-	return nil
+	return pods
 }
 
 // observe records the relist's duration and interval and what it found.
@@ -272,6 +293,11 @@ func (p *PLEG) observe(start time.Time, pods map[types.UID]*runtime.PodStatus) {
 	}
 	p.lastStart = start
 	p.cfg.Metrics.ObserveRelist(end.Sub(start), interval, end)
+	p.countRuntime(pods)
+}
+
+// countRuntime records the pods with a ready sandbox and the containers by state.
+func (p *PLEG) countRuntime(pods map[types.UID]*runtime.PodStatus) {
 	running := 0
 	states := map[string]int{}
 	for _, s := range pods {
@@ -288,18 +314,26 @@ func (p *PLEG) observe(start time.Time, pods map[types.UID]*runtime.PodStatus) {
 	p.cfg.Metrics.SetRuntimeCounts(running, states)
 }
 
-// fingerprint summarises what a worker reacts to: the identity and state
-// of each sandbox and container.
-func fingerprint(s *runtime.PodStatus) string {
-	if s == nil {
-		return ""
+// sameState says whether a worker would see no change from a to b: the identity and state
+// of each sandbox and container (its readiness and addresses for a sandbox) are the same.
+func sameState(a, b *runtime.PodStatus) bool {
+	if a == nil || b == nil {
+		return a == b
 	}
-	out := ""
-	for _, sb := range s.Sandboxes {
-		out += fmt.Sprintf("s%s:%t:%v;", sb.ID, sb.Ready, sb.IPs)
+	if len(a.Sandboxes) != len(b.Sandboxes) || len(a.Containers) != len(b.Containers) {
+		return false
 	}
-	for _, c := range s.Containers {
-		out += fmt.Sprintf("c%s:%s;", c.ID, c.State)
+	for i, x := range a.Sandboxes {
+		y := b.Sandboxes[i]
+		if x.ID != y.ID || x.Ready != y.Ready || !slices.Equal(x.IPs, y.IPs) {
+			return false
+		}
 	}
-	return out
+	for i, x := range a.Containers {
+		y := b.Containers[i]
+		if x.ID != y.ID || x.State != y.State {
+			return false
+		}
+	}
+	return true
 }

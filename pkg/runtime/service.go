@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -16,17 +17,20 @@ func (c *Client) RuntimeService() runtimeapi.RuntimeServiceClient { return c.rt 
 func (c *Client) ImageService() runtimeapi.ImageServiceClient { return c.img }
 
 // ContainerEvents streams the runtime's container events (CRI GetContainerEvents) until
-// ctx ends or the stream fails, calling onEvent for each, and returns why it ended (a
-// runtime without the RPC: codes.Unimplemented). The PLEG relists on them.
-func (c *Client) ContainerEvents(ctx context.Context, onEvent func()) error {
+// ctx ends or the stream fails, calling onEvent for each with the pod's UID (empty when the
+// event carries no sandbox status: containerd sends none once the sandbox is removed) and
+// the container's or sandbox's ID, and returns why it ended (a runtime without the RPC:
+// codes.Unimplemented). The PLEG relists the pod on them.
+func (c *Client) ContainerEvents(ctx context.Context, onEvent func(uid types.UID, id string)) error {
 	stream, err := c.rt.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
 	if err != nil {
 		return err
 	}
 	for {
-		if _, err := stream.Recv(); err != nil {
+		ev, err := stream.Recv()
+		if err != nil {
 			return err
 		}
-		onEvent()
+		onEvent(types.UID(ev.GetPodSandboxStatus().GetMetadata().GetUid()), ev.GetContainerId())
 	}
 }

@@ -43,9 +43,9 @@ type PodCache interface {
 	GetNewerThan(ctx context.Context, uid types.UID, t time.Time) (*runtime.PodStatus, error)
 }
 
-// Relister is asked for a prompt relist after a worker has acted.
+// Relister is asked for a prompt relist of a pod after its worker has acted.
 type Relister interface {
-	RelistSoon()
+	RelistPod(uid types.UID)
 }
 
 // StatusWriter takes pod statuses to write to the apiserver.

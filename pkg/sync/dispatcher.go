@@ -238,7 +238,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 
 type noRelist struct{}
 
-func (noRelist) RelistSoon() {}
+func (noRelist) RelistPod(types.UID) {}
 
 // newWorker builds the worker of one pod.
 func (d *Dispatcher) newWorker(pod *v1.Pod) *Worker {

@@ -130,7 +130,7 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 	if len(observed.Containers)+len(observed.Sandboxes) > 0 {
 		// The cache is to drop the pod soon, but nothing after the cleanup
 		// looks at it: the deletion is confirmed without waiting.
-		w.deps.relister.RelistSoon()
+		w.deps.relister.RelistPod(w.uid)
 	}
 	// The pod cgroup goes last, once its sandbox (and the cgroups the
 	// runtime made inside it) is gone; an ended pod's went already.

@@ -326,7 +326,7 @@ func endStatus(e ending, pod *v1.Pod, now metav1.Time, compute func() v1.PodStat
 // for a relist that shows it.
 func (w *Worker) acted() {
 	w.lastActed = w.deps.clock.Now()
-	w.deps.relister.RelistSoon()
+	w.deps.relister.RelistPod(w.uid)
 	w.poke()
 }
 
