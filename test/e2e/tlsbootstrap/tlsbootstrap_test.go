@@ -16,6 +16,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -99,7 +100,7 @@ func TestTLSBootstrapAndRotation(t *testing.T) {
 		if target, ok := maybeSymlinkTarget(t, cfg, "kubelet-server-current.pem"); ok && !serverSeen[target] {
 			serverSeen[target] = true
 			t.Logf("serving certificate %s", target)
-			assertServed(t, leaf(t, filepath.Join(cfg.AgentCertDir(), target)))
+			assertServed(t, cfg)
 		}
 		if got := cfg.AgentPid(); got != pid {
 			t.Fatalf("the agent restarted (pid %d, then %d)", pid, got)
@@ -162,12 +163,20 @@ func leaf(t *testing.T, path string) *x509.Certificate {
 	return certs[0]
 }
 
-// assertServed wants the node API on :10250 to present want (within a few seconds: new
-// handshakes take the current certificate) without the agent restarting.
-func assertServed(t *testing.T, want *x509.Certificate) {
+// assertServed wants the node API on :10250 to present the serving certificate that
+// kubelet-server-current.pem points at (within a few seconds: new connections pick up a
+// rotated certificate). The pem is read again at each try: a certificate whose rotation
+// deadline falls at once (a short-lived one, backdated by the signer) is replaced within
+// seconds of being issued, and the newer one is then the one to serve.
+func assertServed(t *testing.T, cfg *harness.Config) {
 	t.Helper()
 	addr := net.JoinHostPort(harness.NodeIP, "10250")
 	framework.Eventually(t, 15*time.Second, func() error {
+		target, ok := maybeSymlinkTarget(t, cfg, "kubelet-server-current.pem")
+		if !ok {
+			return errors.New("no kubelet-server-current.pem")
+		}
+		want := leaf(t, filepath.Join(cfg.AgentCertDir(), target))
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
 		if err != nil {
 			return err
@@ -175,7 +184,7 @@ func assertServed(t *testing.T, want *x509.Certificate) {
 		defer conn.Close()
 		got := conn.ConnectionState().PeerCertificates[0]
 		if got.SerialNumber.Cmp(want.SerialNumber) != 0 {
-			return fmt.Errorf("%s serves serial %s, the current pem holds %s", addr, got.SerialNumber, want.SerialNumber)
+			return fmt.Errorf("%s serves serial %s, the current pem (%s) holds %s", addr, got.SerialNumber, target, want.SerialNumber)
 		}
 		return nil
 	})
