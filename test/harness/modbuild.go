@@ -23,6 +23,8 @@ type moduleBinary struct {
 	// modEdit, when set, are `go mod edit` arguments applied to the copy before the build:
 	// for a module whose go.mod replaces a module by a directory its zip does not hold.
 	modEdit []string
+	// prepare, when set, edits the copy's sources (in src) before the build.
+	prepare func(src string) error
 }
 
 // binDir is where the binary lives once built: <cache>/<name>-<version>/bin.
@@ -70,6 +72,11 @@ func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (_ stri
 	}
 	if len(b.modEdit) > 0 {
 		if err := goCmdIn(ctx, src, nil, append([]string{"mod", "edit"}, b.modEdit...)...); err != nil {
+			return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
+		}
+	}
+	if b.prepare != nil {
+		if err := b.prepare(src); err != nil {
 			return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
 		}
 	}
