@@ -55,6 +55,7 @@ func main() {
 		opts.FewImages = true
 		opts.CSIMockDrivers = true
 		opts.VolumeSnapshots = true
+		opts.DistroBusybox = true
 	} else if opts.Scope != "" {
 		opts.Name = opts.Agent + "-" + opts.Scope
 	}

@@ -7,6 +7,8 @@
 //	harness build  build (or find cached) the upstream binaries, the CSI sidecars, CoreDNS and containerd
 //	harness build-conformance  also build the upstream conformance suite (e2e.test, ginkgo),
 //	                           upstream busybox for its images and external-snapshotter
+//	harness build-smoke        what the conformance smoke run builds: e2e.test, ginkgo and
+//	                           external-snapshotter
 //
 // Settings come from the environment: NODEAGENT_RUN_DIR, NODEAGENT_CACHE_DIR,
 // NODEAGENT_RUNTIME (containerd | containerd-debian), NODEAGENT_AGENT (nodeagent | kubelet | none),
@@ -29,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: harness up|down|env|packages|build|build-conformance")
+		fmt.Fprintln(os.Stderr, "usage: harness up|down|env|packages|build|build-conformance|build-smoke")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -100,8 +102,6 @@ func run(ctx context.Context, cmd string) error {
 		if err != nil {
 			return err
 		}
-		// The smoke run's snapshot spec: csi-snapshotter and snapshot-controller, after
-		// csi-provisioner (the e2e suite's) whose compiled packages they share.
 		if _, err := cfg.EnsureSnapshotter(ctx); err != nil {
 			return err
 		}
@@ -113,7 +113,26 @@ func run(ctx context.Context, cmd string) error {
 		fmt.Println(bin)
 		fmt.Println(bb)
 		return nil
+	case "build-smoke":
+		// What the conformance smoke run builds (make test's background build): its snapshot
+		// spec's csi-snapshotter and snapshot-controller, after csi-provisioner (the e2e
+		// suite's) whose compiled packages they share, and e2e.test. Not busybox: the smoke's
+		// images keep Debian's (conformance.Options.DistroBusybox).
+		if err := cfg.Complete(); err != nil {
+			return err
+		}
+		start := time.Now()
+		if _, err := cfg.EnsureSnapshotter(ctx); err != nil {
+			return err
+		}
+		bin, err := cfg.EnsureConformance(ctx)
+		if err != nil {
+			return err
+		}
+		cfg.ReportBuilds(start)
+		fmt.Println(bin)
+		return nil
 	default:
-		return fmt.Errorf("unknown command %q: want up, down, env, packages, build or build-conformance", cmd)
+		return fmt.Errorf("unknown command %q: want up, down, env, packages, build, build-conformance or build-smoke", cmd)
 	}
 }

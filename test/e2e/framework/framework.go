@@ -29,47 +29,7 @@ var cluster *harness.Config
 func Main(m *testing.M) {
 	// The suite's cluster is the user's: with the hostpath CSI driver, kube-proxy and
 	// CoreDNS of make up.
-	os.Exit(mainCode(m, &harness.Config{CSIHostpath: true, Services: true}, os.Getenv(PrebuildEnv)))
-}
-
-// PrebuildEnv, set to a log file's path, has Main build what make test's conformance smoke
-// run needs (harness build-conformance: busybox, external-snapshotter, e2e.test), at the
-// lowest CPU priority, while the suite's tests run: they mostly wait for pods, and on a
-// fresh machine that build takes about 8 minutes on 2 cores. Main waits for it before it
-// ends: the lifecycle suite after it must not share the machine with a linker (its
-// memory-pressure test).
-const PrebuildEnv = "NODEAGENT_PREBUILD_CONFORMANCE"
-
-// startPrebuild starts the build of PrebuildEnv, its output in logPath; the returned
-// function waits for it and says how it ended.
-func startPrebuild(cfg *harness.Config, logPath string) (wait func()) {
-	log, err := os.Create(logPath)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "conformance prebuild: %v\n", err)
-		return func() {}
-	}
-	cmd := exec.Command("nice", "-n", "19", "go", "run", "./test/cmd/harness", "build-conformance")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = cfg.RepoDir, log, log
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		fmt.Fprintf(os.Stderr, "conformance prebuild: %v\n", err)
-		return func() {}
-	}
-	fmt.Fprintf(os.Stderr, "building the conformance suite in the background while the tests run (log: %s)\n", logPath)
-	return func() {
-		err := cmd.Wait()
-		log.Close()
-		// A failed build is the smoke run's to report: it builds again, in the open.
-		fmt.Fprintf(os.Stderr, "conformance prebuild: ended after %s: %v (log: %s)\n", time.Since(start).Round(time.Second), errOrOK(err), logPath)
-	}
-}
-
-func errOrOK(err error) string {
-	if err != nil {
-		return err.Error()
-	}
-	return "ok"
+	os.Exit(mainCode(m, &harness.Config{CSIHostpath: true, Services: true}))
 }
 
 // MainWith is Main for a suite whose cluster is shaped by cfg (several nodes, say). It
@@ -88,7 +48,7 @@ func MainWith(m *testing.M, cfg *harness.Config) {
 		fmt.Fprintln(os.Stderr, "FAIL: read the machine's state:", err)
 		os.Exit(1)
 	}
-	code := mainCode(m, cfg, "")
+	code := mainCode(m, cfg)
 	if code == 0 && os.Getenv("NODEAGENT_KEEP") != "1" {
 		after, err := ReadMachineState(cfg)
 		if err != nil {
@@ -113,9 +73,7 @@ const (
 	downTimeout = 5 * time.Minute
 )
 
-// mainCode brings the cluster up, runs the tests (with the build of PrebuildEnv beside
-// them when prebuildLog is set) and tears the cluster down.
-func mainCode(m *testing.M, cfg *harness.Config, prebuildLog string) int {
+func mainCode(m *testing.M, cfg *harness.Config) int {
 	down := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), downTimeout)
 		defer cancel()
@@ -131,12 +89,7 @@ func mainCode(m *testing.M, cfg *harness.Config, prebuildLog string) int {
 		return 1
 	}
 	cluster = cfg
-	waitPrebuild := func() {}
-	if prebuildLog != "" {
-		waitPrebuild = startPrebuild(cfg, prebuildLog)
-	}
 	code := m.Run()
-	waitPrebuild()
 	if os.Getenv("NODEAGENT_KEEP") == "1" {
 		fmt.Fprintf(os.Stderr, "NODEAGENT_KEEP=1: the cluster stays up\n%s", cfg.Env())
 		return code
