@@ -49,3 +49,39 @@ func BenchmarkRelist(b *testing.B) {
 		b.Fatalf("%d changes reported for an unchanged node", changes-100)
 	}
 }
+
+// BenchmarkRelistPod is what a worker's action or a container event costs the PLEG since
+// podrelist.go: one pod of the same 100 relisted alone, where BenchmarkRelist relists all.
+func BenchmarkRelistPod(b *testing.B) {
+	ctx := context.Background()
+	rt := critesting.NewFakeRuntimeService()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	p, err := New(Config{Runtime: rt, Clock: clk})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 100 {
+		uid := fmt.Sprintf("u%03d", i)
+		sbCfg := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p" + uid, Namespace: "ns", Uid: uid},
+			Labels: map[string]string{runtime.LabelPodUID: uid, runtime.LabelPodName: "p" + uid, runtime.LabelPodNamespace: "ns"}}
+		sb, _ := rt.RunPodSandbox(ctx, sbCfg, "")
+		cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+			Labels:      map[string]string{runtime.LabelPodUID: uid, runtime.LabelContainer: "c"},
+			Annotations: map[string]string{runtime.AnnotationRestartCount: "0"}}
+		id, _ := rt.CreateContainer(ctx, sb, cfg, sbCfg)
+		_ = rt.StartContainer(ctx, id)
+	}
+	if err := p.Relist(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		clk.Step(time.Second)
+		if err := p.relistPod(ctx, "u042"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if st, _ := p.Cache().Get("u042"); len(st.Containers) != 1 {
+		b.Fatalf("u042 cached as %+v", st)
+	}
+}
