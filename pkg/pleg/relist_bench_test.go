@@ -24,17 +24,7 @@ func BenchmarkRelist(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for i := range 100 {
-		uid := fmt.Sprintf("u%03d", i)
-		sbCfg := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p" + uid, Namespace: "ns", Uid: uid},
-			Labels: map[string]string{runtime.LabelPodUID: uid, runtime.LabelPodName: "p" + uid, runtime.LabelPodNamespace: "ns"}}
-		sb, _ := rt.RunPodSandbox(ctx, sbCfg, "")
-		cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
-			Labels:      map[string]string{runtime.LabelPodUID: uid, runtime.LabelContainer: "c"},
-			Annotations: map[string]string{runtime.AnnotationRestartCount: "0"}}
-		id, _ := rt.CreateContainer(ctx, sb, cfg, sbCfg)
-		_ = rt.StartContainer(ctx, id)
-	}
+	runningPods(ctx, rt, 100)
 	if err := p.Relist(ctx); err != nil || changes != 100 {
 		b.Fatalf("first relist: %v, %d changes", err, changes)
 	}
@@ -60,17 +50,7 @@ func BenchmarkRelistPod(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for i := range 100 {
-		uid := fmt.Sprintf("u%03d", i)
-		sbCfg := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p" + uid, Namespace: "ns", Uid: uid},
-			Labels: map[string]string{runtime.LabelPodUID: uid, runtime.LabelPodName: "p" + uid, runtime.LabelPodNamespace: "ns"}}
-		sb, _ := rt.RunPodSandbox(ctx, sbCfg, "")
-		cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
-			Labels:      map[string]string{runtime.LabelPodUID: uid, runtime.LabelContainer: "c"},
-			Annotations: map[string]string{runtime.AnnotationRestartCount: "0"}}
-		id, _ := rt.CreateContainer(ctx, sb, cfg, sbCfg)
-		_ = rt.StartContainer(ctx, id)
-	}
+	runningPods(ctx, rt, 100)
 	if err := p.Relist(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -83,5 +63,20 @@ func BenchmarkRelistPod(b *testing.B) {
 	}
 	if st, _ := p.Cache().Get("u042"); len(st.Containers) != 1 {
 		b.Fatalf("u042 cached as %+v", st)
+	}
+}
+
+// runningPods gives rt n pods u000… of one running container each.
+func runningPods(ctx context.Context, rt *critesting.FakeRuntimeService, n int) {
+	for i := range n {
+		uid := fmt.Sprintf("u%03d", i)
+		sbCfg := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p" + uid, Namespace: "ns", Uid: uid},
+			Labels: map[string]string{runtime.LabelPodUID: uid, runtime.LabelPodName: "p" + uid, runtime.LabelPodNamespace: "ns"}}
+		sb, _ := rt.RunPodSandbox(ctx, sbCfg, "")
+		cfg := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+			Labels:      map[string]string{runtime.LabelPodUID: uid, runtime.LabelContainer: "c"},
+			Annotations: map[string]string{runtime.AnnotationRestartCount: "0"}}
+		id, _ := rt.CreateContainer(ctx, sb, cfg, sbCfg)
+		_ = rt.StartContainer(ctx, id)
 	}
 }

@@ -102,37 +102,34 @@ func run(ctx context.Context, cmd string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := cfg.EnsureSnapshotter(ctx); err != nil {
+		if err := buildSmoke(ctx, cfg, start); err != nil {
 			return err
 		}
-		bin, err := cfg.EnsureConformance(ctx)
-		if err != nil {
-			return err
-		}
-		cfg.ReportBuilds(start)
-		fmt.Println(bin)
 		fmt.Println(bb)
 		return nil
 	case "build-smoke":
-		// What the conformance smoke run builds (make test's background build): its snapshot
-		// spec's csi-snapshotter and snapshot-controller, after csi-provisioner (the e2e
-		// suite's) whose compiled packages they share, and e2e.test. Not busybox: the smoke's
-		// images keep Debian's (conformance.Options.DistroBusybox).
 		if err := cfg.Complete(); err != nil {
 			return err
 		}
-		start := time.Now()
-		if _, err := cfg.EnsureSnapshotter(ctx); err != nil {
-			return err
-		}
-		bin, err := cfg.EnsureConformance(ctx)
-		if err != nil {
-			return err
-		}
-		cfg.ReportBuilds(start)
-		fmt.Println(bin)
-		return nil
+		return buildSmoke(ctx, cfg, time.Now())
 	default:
 		return fmt.Errorf("unknown command %q: want up, down, env, packages, build, build-conformance or build-smoke", cmd)
 	}
+}
+
+// buildSmoke builds what the conformance smoke run builds (make test's background build):
+// its snapshot spec's csi-snapshotter and snapshot-controller, after csi-provisioner (the
+// e2e suite's) whose compiled packages they share, and e2e.test; and prints where the suite
+// is. Not busybox: the smoke's images keep Debian's (conformance.Options.DistroBusybox).
+func buildSmoke(ctx context.Context, cfg *harness.Config, start time.Time) error {
+	if _, err := cfg.EnsureSnapshotter(ctx); err != nil {
+		return err
+	}
+	bin, err := cfg.EnsureConformance(ctx)
+	if err != nil {
+		return err
+	}
+	cfg.ReportBuilds(start)
+	fmt.Println(bin)
+	return nil
 }
