@@ -4,6 +4,7 @@ package pleg
 
 import (
 	"context"
+	"iter"
 	"maps"
 	"sync"
 	"time"
@@ -63,6 +64,20 @@ func (c *Cache) all() map[types.UID]*runtime.PodStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.pods)
+}
+
+// values yields the state of every pod, holding the cache's lock meanwhile:
+// for a quick read of all of them without a copy.
+func (c *Cache) values() iter.Seq[*runtime.PodStatus] {
+	return func(yield func(*runtime.PodStatus) bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, s := range c.pods {
+			if !yield(s) {
+				return
+			}
+		}
+	}
 }
 
 // size is the number of pods cached.

@@ -96,7 +96,7 @@ func (p *PLEG) relistPending(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	p.countRuntime(p.cache.all())
+	p.countRuntime(p.cache.values())
 	return errors.Join(errs...)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -293,14 +295,14 @@ func (p *PLEG) observe(start time.Time, pods map[types.UID]*runtime.PodStatus) {
 	}
 	p.lastStart = start
 	p.cfg.Metrics.ObserveRelist(end.Sub(start), interval, end)
-	p.countRuntime(pods)
+	p.countRuntime(maps.Values(pods))
 }
 
 // countRuntime records the pods with a ready sandbox and the containers by state.
-func (p *PLEG) countRuntime(pods map[types.UID]*runtime.PodStatus) {
+func (p *PLEG) countRuntime(pods iter.Seq[*runtime.PodStatus]) {
 	running := 0
 	states := map[string]int{}
-	for _, s := range pods {
+	for s := range pods {
 		for _, sb := range s.Sandboxes {
 			if sb.Ready {
 				running++
