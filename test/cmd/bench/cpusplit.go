@@ -49,6 +49,8 @@ type cpuSample struct {
 	// procs is each daemon's CPU seconds (utime + stime) by its pid file's name; a daemon
 	// that could not be read is missing.
 	procs map[string]float64
+	// all is every process's CPU, for the breakdown of compElse (elsesplit.go).
+	all map[procKey]procCPU
 }
 
 // cpuSplit is the CPU the machine spent over a span, by component.
@@ -63,6 +65,8 @@ type cpuSplit struct {
 	// Components are the CPU seconds of each component found (a daemon without a live
 	// pid file is left out), and compElse: BusySeconds less the others.
 	Components map[string]float64 `json:"cpuSecondsByComponent"`
+	// ElseByProcess is compElse by process (elsesplit.go).
+	ElseByProcess map[string]float64 `json:"everythingElseByProcess,omitempty"`
 }
 
 // sampleCPU reads the machine's busy time and the CPU time of the components' daemons
@@ -77,17 +81,20 @@ func sampleCPU(pids map[string]int) (cpuSample, error) {
 	if s.busy, s.cores, err = parseProcStat(data); err != nil {
 		return s, err
 	}
+	daemons := map[int]bool{}
 	for _, c := range cpuComponents {
 		for _, name := range c.daemons {
 			pid, ok := pids[name]
 			if !ok {
 				continue
 			}
+			daemons[pid] = true
 			if v, err := cpuSeconds(pid); err == nil {
 				s.procs[name] = v
 			}
 		}
 	}
+	s.all = readProcs("/proc", daemons)
 	return s, nil
 }
 
@@ -156,6 +163,9 @@ func splitCPU(from, to cpuSample) *cpuSplit {
 		}
 	}
 	s.Components[compElse] = max(s.BusySeconds-sum, 0)
+	if from.all != nil && to.all != nil {
+		s.ElseByProcess = splitElse(from.all, to.all, s.Components[compElse])
+	}
 	return s
 }
 

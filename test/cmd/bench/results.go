@@ -23,6 +23,7 @@ func reportPods(w io.Writer, cfg *harness.Config, o options, stamp string, pr po
 	writeTable(w, figuresFor(o.pvc), pr.Results)
 	writeStepTable(w, pr.Results)
 	writeCPUTable(w, pr.Results)
+	writeElseTable(w, pr.Results)
 	c := cdfChart(pr)
 	if c == nil {
 		return
