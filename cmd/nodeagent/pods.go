@@ -17,6 +17,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodeagent/nodeagent/pkg/cgroups"
+	"github.com/nodeagent/nodeagent/pkg/pleg"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 )
@@ -114,6 +115,12 @@ func knownPods(ctx context.Context, inRuntime []runtime.PodRef, volumes *volume.
 		}
 	}
 	return inRuntime
+}
+
+// knownPod says whether the runtime, the pods' directories or the cgroups
+// hold anything of one pod: knownPods for a single pod, without listing.
+func knownPod(uid types.UID, inRuntime *pleg.Cache, volumes *volume.Manager, cg *cgroups.Manager) bool {
+	return inRuntime.Has(uid) || volumes.HasPod(uid) || (cg != nil && cg.HasPod(uid))
 }
 
 // maxParallelImagePulls is 1 when pulls are serialized (the default), else

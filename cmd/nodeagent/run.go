@@ -298,6 +298,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		NodeIPs:               hostIPs(cfg),
 		RuntimeName:           version.RuntimeName,
 		Known:                 func() []runtime.PodRef { return knownPods(ctx, podEvents.Cache().UIDs(), volumes, podCgroups) },
+		KnownPod:              func(uid types.UID) bool { return knownPod(uid, podEvents.Cache(), volumes, podCgroups) },
 		SourceSynced:          func() bool { return source.HasSynced() && staticPods.HasSynced() },
 		MaxRestartBackoff:     maxRestartBackoff(kc),
 		CreateStartDelay:      cfg.createStartDelay,

@@ -18,7 +18,6 @@ import (
 	gosync "sync"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -173,6 +172,35 @@ func FromSpec(pod *v1.Pod) Containers {
 	return out
 }
 
+// SameResources tells whether two containers' resources are the same as the API
+// compares them (equality.Semantic: quantities by value, a nil map or list the same as an
+// empty one), without its reflection: admission applies every running pod's allocation
+// each time it judges a pod, so this runs pods × pods times while a node fills.
+func SameResources(a, b v1.ResourceRequirements) bool {
+	if !sameList(a.Limits, b.Limits) || !sameList(a.Requests, b.Requests) || len(a.Claims) != len(b.Claims) {
+		return false
+	}
+	for i := range a.Claims {
+		if a.Claims[i] != b.Claims[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sameList(a, b v1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, qa := range a {
+		qb, ok := b[name]
+		if !ok || qa.Cmp(qb) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Allocated returns the pod's allocation, if it has one.
 func (s *Store) Allocated(uid types.UID) (Containers, bool) {
 	s.mu.Lock()
@@ -215,7 +243,7 @@ func (s *Store) ActuatedPod(uid types.UID) Containers {
 func (s *Store) SetActuated(uid types.UID, name string, r v1.ResourceRequirements) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.actuated[uid][name]; ok && equality.Semantic.DeepEqual(old, r) {
+	if old, ok := s.actuated[uid][name]; ok && SameResources(old, r) {
 		return nil
 	}
 	if s.actuated[uid] == nil {
@@ -277,7 +305,7 @@ func (s *Store) Apply(pod *v1.Pod) (*v1.Pod, bool) {
 	} {
 		for i, c := range kind(pod) {
 			r, ok := alloc[c.Name]
-			if !ok || equality.Semantic.DeepEqual(r, c.Resources) {
+			if !ok || SameResources(r, c.Resources) {
 				continue
 			}
 			if out == nil {

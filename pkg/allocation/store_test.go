@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -183,4 +184,29 @@ func dirNames(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+func TestSameResourcesAgreesWithSemanticEquality(t *testing.T) {
+	q := resource.MustParse
+	cases := []v1.ResourceRequirements{
+		{},
+		{Limits: v1.ResourceList{}},
+		{Requests: v1.ResourceList{v1.ResourceCPU: q("100m")}},
+		{Requests: v1.ResourceList{v1.ResourceCPU: q("0.1")}},
+		{Requests: v1.ResourceList{v1.ResourceCPU: q("200m")}},
+		{Requests: v1.ResourceList{v1.ResourceMemory: q("100m")}},
+		{Requests: v1.ResourceList{v1.ResourceCPU: q("100m"), v1.ResourceMemory: q("64Mi")}},
+		{Limits: v1.ResourceList{v1.ResourceMemory: q("64Mi")}, Requests: v1.ResourceList{v1.ResourceMemory: q("67108864")}},
+		{Limits: v1.ResourceList{v1.ResourceMemory: q("64Mi")}},
+		{Claims: []v1.ResourceClaim{{Name: "gpu"}}},
+		{Claims: []v1.ResourceClaim{{Name: "gpu", Request: "one"}}},
+		{Claims: []v1.ResourceClaim{}},
+	}
+	for i, a := range cases {
+		for j, b := range cases {
+			if got, want := SameResources(a, b), equality.Semantic.DeepEqual(a, b); got != want {
+				t.Errorf("cases %d and %d: SameResources %v, equality.Semantic %v", i, j, got, want)
+			}
+		}
+	}
 }

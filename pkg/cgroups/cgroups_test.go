@@ -279,6 +279,14 @@ func TestV1Hierarchy(t *testing.T) {
 	if want := []types.UID{"b1", "b2", "e", "g"}; !slices.Equal(uids, want) {
 		t.Errorf("PodUIDs = %v, want %v", uids, want)
 	}
+	for _, uid := range uids {
+		if !m.HasPod(uid) {
+			t.Errorf("HasPod(%s) false, PodUIDs has it", uid)
+		}
+	}
+	if m.HasPod("nope") {
+		t.Error("HasPod of a pod without a cgroup")
+	}
 
 	// A container cgroup the runtime left, and a process still in it.
 	write(t, at("memory", "burstable/podb1/ctr/cgroup.procs"), "4242\n")
@@ -356,6 +364,9 @@ func TestV1Systemd(t *testing.T) {
 	uids, err := m.PodUIDs()
 	if err != nil || !slices.Equal(uids, []types.UID{"12-34"}) {
 		t.Errorf("PodUIDs = %v, %v", uids, err)
+	}
+	if !m.HasPod("12-34") || m.HasPod("12-35") {
+		t.Error("HasPod under the systemd driver: the slice's name is not read back")
 	}
 	if err := m.RemovePod(ctx, "12-34"); err != nil {
 		t.Fatal(err)
@@ -503,6 +514,9 @@ func TestV2Systemd(t *testing.T) {
 	uids, err := m.PodUIDs()
 	if err != nil || !slices.Equal(uids, []types.UID{"ab-cd"}) {
 		t.Errorf("PodUIDs = %v, %v", uids, err)
+	}
+	if !m.HasPod("ab-cd") {
+		t.Error("HasPod under cgroup v2 false")
 	}
 	if err := m.RemovePod(ctx, "ab-cd"); err != nil {
 		t.Fatal(err)

@@ -245,6 +245,17 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID) error {
 	return nil
 }
 
+// HasPod says whether a cgroup of the pod is there, under any QoS class.
+func (m *Manager) HasPod(uid types.UID) bool {
+	for _, class := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
+		parent, _ := qosParent(m.kubepods, class)
+		if m.fs.exists(m.path(parent.child(podCgroupName(uid)))) {
+			return true
+		}
+	}
+	return false
+}
+
 // PodUIDs lists the pods that have a cgroup on the host, whether the
 // manager made it in this run or not: after a restart, a pod deleted
 // while the agent was down still has one to remove.

@@ -152,6 +152,14 @@ func (c *Cache) Pods() ([]*runtime.PodStatus, time.Time) {
 	return out, c.stamp
 }
 
+// Has says whether the runtime holds something of the pod.
+func (c *Cache) Has(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pods[uid]
+	return ok
+}
+
 // UIDs returns every pod the runtime holds something of.
 func (c *Cache) UIDs() []runtime.PodRef {
 	c.mu.Lock()

@@ -167,6 +167,9 @@ func TestRelistPodOfARemovedPod(t *testing.T) {
 	ctx := context.Background()
 	st, _ := f.p.Cache().Get("u3")
 	cid := st.Containers[0].ID
+	if !f.p.Cache().Has("u3") {
+		t.Fatal("the cache does not have a pod the runtime runs")
+	}
 	_ = f.rt.StopContainer(ctx, cid, 0)
 	_ = f.rt.RemoveContainer(ctx, cid)
 	_ = f.rt.StopPodSandbox(ctx, f.sb["u3"])
@@ -183,6 +186,9 @@ func TestRelistPodOfARemovedPod(t *testing.T) {
 	}
 	if _, ok := f.p.sandboxes[f.sb["u3"]]; ok {
 		t.Error("the removed sandbox is still recorded")
+	}
+	if f.p.Cache().Has("u3") {
+		t.Error("the cache has a removed pod")
 	}
 	if pods, _ := f.p.Cache().Pods(); len(pods) != 7 {
 		t.Errorf("%d pods cached, want 7", len(pods))

@@ -98,6 +98,9 @@ func needsAdmission(pod *v1.Pod) bool {
 
 // known says whether the runtime or the disk holds anything of the pod.
 func (d *Dispatcher) known(uid types.UID) bool {
+	if d.cfg.KnownPod != nil {
+		return d.cfg.KnownPod(uid)
+	}
 	for _, ref := range d.cfg.Known() {
 		if ref.UID == uid {
 			return true

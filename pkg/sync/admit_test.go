@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeagent/nodeagent/pkg/admission"
+	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
 
 func admitNode(cpu string) NodeGetter {
@@ -138,6 +139,30 @@ func TestDispatcherDoesNotJudgeAPodAdmittedBefore(t *testing.T) {
 	h.sync(pod, false)
 	if h.status.final != nil || len(h.rt.Sandboxes) != 1 {
 		t.Fatalf("a pod admitted by an earlier run was not run: final %+v, %d sandboxes", h.status.final, len(h.rt.Sandboxes))
+	}
+}
+
+// A pod the runtime or the disk already holds something of (an earlier run started it but
+// died before its status said so) is not judged again: KnownPod is asked of that pod alone,
+// and the list of every known pod is not read.
+func TestDispatcherAsksKnownPodOfANewPod(t *testing.T) {
+	pod := basePod(withCPU("4"))
+	h := newHarness(t, pod)
+	withAdmission(t, h, "1")
+	var asked []types.UID
+	h.d.cfg.KnownPod = func(uid types.UID) bool { asked = append(asked, uid); return uid == pod.UID }
+	h.d.cfg.Known = func() []runtime.PodRef { t.Error("the whole list read for one pod"); return nil }
+	h.d.UpsertPod(pod)
+	h.d.mu.Lock()
+	w, pending := h.d.workers[pod.UID], len(h.d.pending)
+	h.d.mu.Unlock()
+	if w == nil || pending != 0 || len(asked) != 1 || asked[0] != pod.UID {
+		t.Fatalf("a known pod: worker %v, %d pending, KnownPod asked of %v", w != nil, pending, asked)
+	}
+
+	other := named("other-uid", "other", time.Now(), withCPU("4"))
+	if w := h.admitted(other); w == nil || !w.ended.Load() {
+		t.Fatal("a pod unknown to the runtime and the disk was not judged (and refused)")
 	}
 }
 

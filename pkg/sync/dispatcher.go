@@ -100,8 +100,12 @@ type Config struct {
 	// creation and its start: the end-to-end tests open the window in
 	// which an agent killed leaves a container created. Zero in use.
 	CreateStartDelay time.Duration
-	// Known lists the pods the runtime holds anything of.
+	// Known lists the pods the runtime or the disk holds anything of.
 	Known func() []runtime.PodRef
+	// KnownPod says whether the runtime or the disk holds anything of one
+	// pod: asked of each pod new to this run, so it looks that pod up
+	// rather than list them all. Nil: looked for in Known's list.
+	KnownPod func(types.UID) bool
 	// SourceSynced reports whether the pod source has listed every pod
 	// bound here, so that an unknown pod in the runtime is an orphan.
 	SourceSynced func() bool

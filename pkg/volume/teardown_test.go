@@ -130,6 +130,9 @@ func TestKernelReconstructAfterRestart(t *testing.T) {
 	if uids, err := restarted.PodUIDs(); err != nil || len(uids) != 1 || uids[0] != pod.UID {
 		t.Fatalf("PodUIDs = %v, %v; want [%s]", uids, err, pod.UID)
 	}
+	if !restarted.HasPod(pod.UID) || restarted.HasPod("../"+pod.UID) || restarted.HasPod("other") {
+		t.Error("HasPod: the pod's directory, a hostile UID, a pod without one")
+	}
 	rp := pods[0]
 	wantVols := map[string]string{
 		"kube-api-access-x7k2p": projectedPluginName, "scratch": emptyDirPluginName,

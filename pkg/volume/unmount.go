@@ -129,9 +129,19 @@ type ReconstructedPod struct {
 	MountPoints []string
 }
 
+// HasPod says whether the pod has a directory under the root dir; a
+// stat, as admission asks it of each pod new to this run.
+func (m *Manager) HasPod(uid types.UID) bool {
+	if !poddir.ValidUID(uid) {
+		return false
+	}
+	st, err := os.Stat(m.layout.Pod(uid).Dir())
+	return err == nil && st.IsDir()
+}
+
 // PodUIDs lists the pods that have a directory under the root dir: what
 // the agent must clean up even when the apiserver no longer has them. It
-// reads one directory and no mount table, as admission asks for each pod.
+// reads one directory and no mount table.
 func (m *Manager) PodUIDs() ([]types.UID, error) {
 	entries, err := os.ReadDir(m.layout.PodsDir())
 	if errors.Is(err, fs.ErrNotExist) {
