@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,4 +92,27 @@ func BenchmarkDispatcherStatusUpdate(b *testing.B) {
 		d.UpsertPod(updates[i%len(updates)])
 	}
 	check(updates[(i-1)%len(updates)])
+}
+
+// BenchmarkAdmittedPods is what admission reads each time it judges a pod on a node of
+// 250 pods: every running pod with its allocation applied. It runs once per pod admitted,
+// so its cost per pod is what grows admission's cost with the node's pods.
+func BenchmarkAdmittedPods(b *testing.B) {
+	d := benchDispatcher(b)
+	const pods = 250
+	for i := range pods {
+		pod := named(fmt.Sprintf("uid-%03d", i), fmt.Sprintf("pod-%03d", i), t0, typical)
+		if err := d.deps.alloc.SetAllocated(pod); err != nil {
+			b.Fatal(err)
+		}
+		d.UpsertPod(pod)
+	}
+	for b.Loop() {
+		d.mu.Lock()
+		admitted := d.admittedLocked()
+		d.mu.Unlock()
+		if len(admitted) != pods {
+			b.Fatalf("%d pods admitted, want %d", len(admitted), pods)
+		}
+	}
 }
