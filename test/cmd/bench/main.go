@@ -49,6 +49,10 @@ type options struct {
 	// heap writes nodeagent's heap profile at the end of its hold with the pods running,
 	// in the first round of each pod count, beside the JSON results.
 	heap bool
+	// profileRunning takes a CPU profile of nodeagent over one more hold with the N pods
+	// running, after the hold's figures (so not in them), in the first round of each pod
+	// count: what a node of N settled pods costs, which a start profile mixes in.
+	profileRunning bool
 }
 
 func main() {
@@ -64,6 +68,7 @@ func main() {
 	flag.BoolVar(&o.pvc, "pvc", false, "give every pod a fresh 1Mi claim of the hostpath CSI driver's StorageClass ("+harness.CSIHostpathStorageClass+"), mounted; the cluster runs the driver (one more pod); sides nodeagent,kubelet")
 	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of its first round, of each pod count (bench/results/nodeagent-cpu-<N>pods.pprof)")
 	flag.BoolVar(&o.heap, "heap", false, "write nodeagent's heap profile (in use after a GC) at the end of its hold with N pods running, first round of each pod count (bench/results/nodeagent-heap-<N>pods.pprof)")
+	flag.BoolVar(&o.profileRunning, "profile-running", false, "after the hold with N pods running, take a CPU profile of nodeagent over one more hold with them running, first round of each pod count (bench/results/nodeagent-cpu-running-<N>pods.pprof)")
 	flag.Parse()
 	sidesSet, nSet := false, false
 	flag.Visit(func(f *flag.Flag) {
@@ -266,6 +271,15 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 			// After the hold's figures: the profile's GC and transfer are not in them.
 			path := filepath.Join(o.outDir, fmt.Sprintf("nodeagent-heap-%dpods.pprof", o.n))
 			if err := heapProfile(ctx, cs, path); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			}
+		}
+		if side == harness.AgentNodeagent && o.profileRunning && len(r.Rounds) == 0 {
+			// One CPU profile at a time: the start's must have ended.
+			perr := <-profiled
+			profiled <- perr
+			path := filepath.Join(o.outDir, fmt.Sprintf("nodeagent-cpu-running-%dpods.pprof", o.n))
+			if err := cpuProfile(ctx, cs, o.hold, path); err != nil {
 				fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			}
 		}
