@@ -76,6 +76,7 @@ type Config struct {
 type Admitter struct {
 	sysctls  *allowlist
 	pressure Pressure
+	requests requestCache
 }
 
 // New validates cfg and builds an Admitter.
@@ -111,7 +112,7 @@ func (a *Admitter) Admit(logger klog.Logger, pod *v1.Pod, node *v1.Node, admitte
 	// Critical pods are never refused for resources: the kubelet makes
 	// room for them by evicting others instead.
 	if !IsCritical(pod) {
-		if r := fitResources(pod, node, admitted); !r.Admit {
+		if r := fitResources(pod, node, admitted, requestsOf(admitted, &a.requests)); !r.Admit {
 			return r
 		}
 	}

@@ -185,3 +185,34 @@ func TestSafeSysctlsFollowTheKernel(t *testing.T) {
 		t.Errorf("a recent kernel lacks safe sysctls")
 	}
 }
+
+// One Admitter judges pod after pod against the pods admitted so far, keeping their
+// requests between judgments: a pod resized (a new object with other requests) counts with
+// its new requests, and a pod no longer admitted no longer counts.
+func TestAdmitCountsAdmittedPodsAsTheyAreNow(t *testing.T) {
+	a, err := New(Config{KernelVersion: "6.18.44-fc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := klog.Background()
+	small := podReq("small", rl("cpu", "500m"))
+	other := podReq("other", rl("cpu", "500m"))
+	pod := podReq("p", rl("cpu", "900m"))
+	if r := a.Admit(logger, pod, baseNode(), []*v1.Pod{small, other}); !r.Admit {
+		t.Fatalf("900m beside 1 cpu of 1.9 refused: %+v", r)
+	}
+	// The same pods again, one of them now allocated more: a new object.
+	grown := small.DeepCopy()
+	grown.Spec.Containers[0].Resources.Requests = rl("cpu", "1")
+	r := a.Admit(logger, pod, baseNode(), []*v1.Pod{grown, other})
+	if r.Reason != "OutOfcpu" || r.Message != "Node didn't have enough resource: cpu, requested: 900, used: 1500, capacity: 1900" {
+		t.Fatalf("after the resize: %+v, want OutOfcpu with 1500 used", r)
+	}
+	// other has ended: only grown counts.
+	if r := a.Admit(logger, pod, baseNode(), []*v1.Pod{grown}); !r.Admit {
+		t.Fatalf("900m beside 1 cpu of 1.9 refused once other ended: %+v", r)
+	}
+	if got := len(a.requests.pods); got != 1 {
+		t.Errorf("%d pods' requests kept, want the 1 admitted", got)
+	}
+}

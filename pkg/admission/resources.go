@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -14,18 +15,13 @@ import (
 // less what the admitted pods request: first the pod count, then cpu,
 // memory, ephemeral storage and every other resource (huge pages,
 // extended resources), reporting the first that does not fit.
-func fitResources(pod *v1.Pod, node *v1.Node, admitted []*v1.Pod) Result {
+// used is what the admitted pods request together (requestsOf).
+func fitResources(pod *v1.Pod, node *v1.Node, admitted []*v1.Pod, used map[v1.ResourceName]int64) Result {
 	alloc := node.Status.Allocatable
 	if maxPods := alloc.Pods().Value(); int64(len(admitted))+1 > maxPods {
 		return insufficient(v1.ResourcePods, 1, int64(len(admitted)), maxPods)
 	}
 	want := podRequests(pod)
-	used := map[v1.ResourceName]int64{}
-	for _, p := range admitted {
-		for name, v := range podRequests(p) {
-			used[name] += v
-		}
-	}
 	names := make([]v1.ResourceName, 0, len(want))
 	for name := range want {
 		names = append(names, name)
@@ -57,7 +53,48 @@ func fitResources(pod *v1.Pod, node *v1.Node, admitted []*v1.Pod) Result {
 // pods were allocated. A refusal is OutOf<resource> with the message
 // admission gives; the caller defers the resize.
 func FitResize(pod *v1.Pod, allocatable v1.ResourceList, others []*v1.Pod) Result {
-	return fitResources(pod, &v1.Node{Status: v1.NodeStatus{Allocatable: allocatable}}, others)
+	return fitResources(pod, &v1.Node{Status: v1.NodeStatus{Allocatable: allocatable}}, others, requestsOf(others, nil))
+}
+
+// requestsOf is what pods request together. With a cache, a pod's own
+// requests are taken from it when the same object was summed before.
+func requestsOf(pods []*v1.Pod, cache *requestCache) map[v1.ResourceName]int64 {
+	used := map[v1.ResourceName]int64{}
+	var seen map[*v1.Pod]map[v1.ResourceName]int64
+	if cache != nil {
+		cache.mu.Lock()
+		defer cache.mu.Unlock()
+		seen = make(map[*v1.Pod]map[v1.ResourceName]int64, len(pods))
+	}
+	for _, p := range pods {
+		r, ok := map[v1.ResourceName]int64(nil), false
+		if cache != nil {
+			r, ok = cache.pods[p]
+		}
+		if !ok {
+			r = podRequests(p)
+		}
+		if seen != nil {
+			seen[p] = r
+		}
+		for name, v := range r {
+			used[name] += v
+		}
+	}
+	if cache != nil {
+		cache.pods = seen // what is not admitted any more is dropped
+	}
+	return used
+}
+
+// requestCache keeps the requests of the pods admission summed last time,
+// by object: admission sums every admitted pod each time it judges one,
+// so on a node filling with pods the same pods would be worked out over
+// and over. The agent's pods are shared and never modified in place: a
+// changed pod (a resize allocated) is a new object, worked out again.
+type requestCache struct {
+	mu   sync.Mutex
+	pods map[*v1.Pod]map[v1.ResourceName]int64
 }
 
 // order puts the resources in the order the kubelet checks them.
