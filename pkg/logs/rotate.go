@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -56,6 +57,22 @@ type Config struct {
 // Rotator rotates the logs of running containers.
 type Rotator struct {
 	cfg Config
+	// mu serializes the rounds; known is what they learnt of each running
+	// container.
+	mu    sync.Mutex
+	known map[string]*containerLog
+}
+
+// containerLog is a running container's log as the rounds know it: its
+// path, asked of the runtime once (it never changes), and whether its
+// rotated files are to be tidied (pruned and compressed): on first sight,
+// since a cut rotation may have left some, and the round after each
+// rotation. The other rounds look at the live file's size alone, so that a
+// node of many quiet containers costs a stat each per round, not a
+// ContainerStatus and a directory read.
+type containerLog struct {
+	path string
+	tidy bool
 }
 
 // New validates cfg and returns a Rotator.
@@ -102,23 +119,48 @@ func (r *Rotator) RotateAll(ctx context.Context) {
 		logger.Error(err, "Listing containers for log rotation failed")
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	known := make(map[string]*containerLog, len(containers))
 	for _, c := range containers {
-		if err := r.rotateContainer(ctx, c.Id); err != nil {
+		cl, ok := r.known[c.Id]
+		if !ok {
+			resp, err := r.cfg.Runtime.ContainerStatus(ctx, c.Id, false)
+			if err != nil {
+				logger.Info("Container log rotation failed", "containerID", c.Id, "err", err.Error())
+				continue
+			}
+			st := resp.GetStatus()
+			if st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				continue
+			}
+			cl = &containerLog{path: st.GetLogPath(), tidy: true}
+		}
+		known[c.Id] = cl
+		if cl.path == "" {
+			continue
+		}
+		if err := r.rotateContainer(ctx, c.Id, cl); err != nil {
 			logger.Info("Container log rotation failed", "containerID", c.Id, "err", err.Error())
 		}
 	}
+	r.known = known // containers no longer running are forgotten
 }
 
-func (r *Rotator) rotateContainer(ctx context.Context, id string) error {
-	resp, err := r.cfg.Runtime.ContainerStatus(ctx, id, false)
+func (r *Rotator) rotateContainer(ctx context.Context, id string, cl *containerLog) error {
+	path := cl.path
+	fi, err := os.Stat(path)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// The runtime may have lost its file (a failed reopen): ask again.
+			return r.cfg.Runtime.ReopenContainerLog(ctx, id)
+		}
 		return err
 	}
-	st := resp.GetStatus()
-	if st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING || st.GetLogPath() == "" {
+	big := fi.Size() > r.cfg.MaxSize
+	if !big && !cl.tidy {
 		return nil
 	}
-	path := st.GetLogPath()
 	rotated, err := r.prune(path)
 	if err != nil {
 		return err
@@ -126,15 +168,8 @@ func (r *Rotator) rotateContainer(ctx context.Context, id string) error {
 	// A file that cannot be compressed (the disk is full) stays as it is, and
 	// the live log is rotated all the same: it must not grow without end.
 	compressErr := compressOlder(rotated)
-	fi, err := os.Stat(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// The runtime may have lost its file (a failed reopen): ask again.
-			return errors.Join(compressErr, r.cfg.Runtime.ReopenContainerLog(ctx, id))
-		}
-		return errors.Join(compressErr, err)
-	}
-	if fi.Size() <= r.cfg.MaxSize {
+	cl.tidy = compressErr != nil
+	if !big {
 		return compressErr
 	}
 	next := fmt.Sprintf("%s.%s", path, r.cfg.Clock.Now().Format(timestampFormat))
@@ -149,6 +184,7 @@ func (r *Rotator) rotateContainer(ctx context.Context, id string) error {
 		return errors.Join(compressErr, err)
 	}
 	klog.FromContext(ctx).V(4).Info("Rotated container log", "containerID", id, "path", path, "size", fi.Size())
+	cl.tidy = true // the file rotated now is compressed, and the oldest pruned, next round
 	return compressErr
 }
 

@@ -23,13 +23,19 @@ type fakeRuntime struct {
 	reopens  int
 	failOpen bool
 	state    runtimeapi.ContainerState
+	statuses int
+	gone     bool // no container runs
 }
 
 func (f *fakeRuntime) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	if f.gone {
+		return nil, nil
+	}
 	return []*runtimeapi.Container{{Id: "c1", State: f.state}}, nil
 }
 
 func (f *fakeRuntime) ContainerStatus(context.Context, string, bool) (*runtimeapi.ContainerStatusResponse, error) {
+	f.statuses++
 	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{Id: "c1", State: f.state, LogPath: f.path}}, nil
 }
 
@@ -216,5 +222,53 @@ func TestRotationGoesOnWhenCompressionFails(t *testing.T) {
 	want = "0.log 0.log.20261122-080003.gz 0.log.20261122-080004"
 	if got := strings.Join(listDir(t, dir), " "); got != want {
 		t.Fatalf("with room again: files %q, want %q", got, want)
+	}
+}
+
+// The runtime is asked for a container's log path once, not every round; a container that
+// stops running is forgotten, and asked for again if it runs again. Quiet rounds do not
+// read the log's directory: a leftover of a cut rotation appearing later (it cannot, but
+// the test makes one) waits for the next rotation.
+func TestLogPathAskedOncePerContainer(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	rt := &fakeRuntime{path: path, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC))
+	r, err := New(Config{Runtime: rt, MaxSize: 100, MaxFiles: 3, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r.RotateAll(ctx)
+	}
+	if rt.statuses != 1 {
+		t.Errorf("ContainerStatus asked %d times in 3 rounds, want once", rt.statuses)
+	}
+	leftover := path + ".20261127-070000.gz.tmp"
+	if err := os.WriteFile(leftover, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.RotateAll(ctx)
+	if _, err := os.Stat(leftover); err != nil {
+		t.Errorf("a quiet round read the directory: %v", err)
+	}
+	// It grows past the limit: the round tidies, then rotates.
+	if err := os.WriteFile(path, []byte(strings.Repeat("x", 101)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.RotateAll(ctx)
+	if got := strings.Join(listDir(t, dir), " "); got != "0.log 0.log.20261127-080000" || rt.reopens != 1 {
+		t.Errorf("after growing: files %q, %d reopens; want the leftover gone and one rotation", got, rt.reopens)
+	}
+	rt.gone = true
+	r.RotateAll(ctx)
+	rt.gone = false
+	r.RotateAll(ctx)
+	if rt.statuses != 2 {
+		t.Errorf("ContainerStatus asked %d times, want again once the container ran again", rt.statuses)
 	}
 }
