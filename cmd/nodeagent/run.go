@@ -287,6 +287,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		RuntimeClasses:        runtimeClasses,
 		Allocatable:           nodeCtrl.Allocatable,
 		VolumeRefreshPeriod:   kc.SyncFrequency.Duration,
+		ResyncPeriod:          kc.SyncFrequency.Duration,
+		ResyncJitter:          0.5,
 		Probes:                probes,
 		Hooks:                 probes,
 		PodOptions:            podOptions(cfg),

@@ -144,6 +144,7 @@ type settings struct {
 	nodeIPs                                  []string
 	runtimeName, hostsFile                   string
 	resync, volumeRefresh, maxRestartBackoff time.Duration
+	resyncJitter                             float64
 	createStartDelay                         time.Duration
 }
 

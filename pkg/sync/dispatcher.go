@@ -21,6 +21,11 @@ import (
 // being woken.
 const DefaultResyncPeriod = 10 * time.Second
 
+// syncErrorRetry is how soon a pod whose sync failed in a way no event
+// will mend (an invalid image name, an image it may never pull, a resize
+// the runtime refused) is looked at again: the kubelet's backOffPeriod.
+const syncErrorRetry = 10 * time.Second
+
 // DefaultVolumeRefreshPeriod is the kubelet's default syncFrequency.
 const DefaultVolumeRefreshPeriod = time.Minute
 
@@ -82,8 +87,14 @@ type Config struct {
 	NodeIPs []string
 	// RuntimeName prefixes container IDs in statuses.
 	RuntimeName string
-	// ResyncPeriod defaults to DefaultResyncPeriod.
+	// ResyncPeriod is how long a pod with nothing to do waits before its
+	// worker looks at it again unwoken (the kubelet's syncFrequency);
+	// defaults to DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// ResyncJitter adds up to this share of ResyncPeriod to each such wait,
+	// at random, so that pods started together do not all look again
+	// together (the kubelet: 0.5). Zero adds nothing.
+	ResyncJitter float64
 	// VolumeRefreshPeriod is how often a running pod's API-backed volume
 	// contents (configMap, secret, downward API) are brought up to date
 	// (syncFrequency); token refreshes come when due. Defaults to
@@ -233,7 +244,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 		settings: &settings{
 			podOptions: cfg.PodOptions, resources: cfg.Resources, runtimeHandler: cfg.RuntimeHandler,
 			rootDir: cfg.RootDir, nodeIPs: cfg.NodeIPs, runtimeName: cfg.RuntimeName, hostsFile: cfg.HostsFile,
-			resync: cfg.ResyncPeriod, volumeRefresh: cfg.VolumeRefreshPeriod, maxRestartBackoff: cfg.MaxRestartBackoff,
+			resync: cfg.ResyncPeriod, resyncJitter: cfg.ResyncJitter, volumeRefresh: cfg.VolumeRefreshPeriod, maxRestartBackoff: cfg.MaxRestartBackoff,
 			createStartDelay: cfg.CreateStartDelay,
 		},
 	}

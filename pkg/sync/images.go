@@ -96,7 +96,7 @@ func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageF
 	if err != nil {
 		msg := fmt.Sprintf("Failed to apply default image tag %q: %v", req.image, err)
 		events.Eventf(about, v1.EventTypeWarning, reasonInvalidImageName, msg)
-		return fail(reasonInvalidImageName, msg, err, w.settings.resync)
+		return fail(reasonInvalidImageName, msg, err, syncErrorRetry)
 	}
 	policy := req.policy
 	if policy == "" {
@@ -138,7 +138,7 @@ func (p *pass) pullImage(ctx context.Context, req imageRequest) (string, *imageF
 		if policy == v1.PullNever {
 			msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", req.image)
 			events.Eventf(about, v1.EventTypeWarning, reasonErrImageNeverPull, msg)
-			return fail(reasonErrImageNeverPull, msg, runtime.ErrImageNeverPull, w.settings.resync)
+			return fail(reasonErrImageNeverPull, msg, runtime.ErrImageNeverPull, syncErrorRetry)
 		}
 	}
 

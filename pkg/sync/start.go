@@ -161,7 +161,7 @@ func (p *pass) run(ctx context.Context) {
 		if err := p.applyResizes(ctx); err != nil {
 			logger.Error(err, "Resizing the pod's containers failed, will retry")
 			p.out.resizeErr = err
-			p.wait(w.settings.resync)
+			p.wait(syncErrorRetry)
 		}
 	}
 	for _, k := range plan.ProbeKills {

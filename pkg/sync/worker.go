@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	gosync "sync"
 	"sync/atomic"
@@ -181,6 +182,16 @@ func (w *Worker) run(ctx context.Context) {
 	}
 }
 
+// resyncWait is how long the pod waits for its next pass when nothing
+// asks for an earlier one: the resync period, with its jitter.
+func (w *Worker) resyncWait() time.Duration {
+	d := w.settings.resync
+	if j := w.settings.resyncJitter; j > 0 {
+		d += time.Duration(rand.Float64() * j * float64(d))
+	}
+	return d
+}
+
 // pass takes one step: it asks decide what to do, does it, and advances
 // the pod's state with the outcome. It says when to look again, or that
 // the worker is finished.
@@ -192,7 +203,7 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 	s := decide(&w.state, input{
 		pod: pod, removed: removed, observed: observed, abandoned: abandoned, probes: w.probeResults(observed), now: now, evict: w.evicted.Load(),
 		actuated: w.deps.alloc.ActuatedPod(w.uid),
-		resync:   w.settings.resync, maxRestartBackoff: w.settings.maxRestartBackoff,
+		resync:   w.resyncWait(), maxRestartBackoff: w.settings.maxRestartBackoff,
 	})
 	// The pod's start, while it lasts, is the parent of the pass's steps;
 	// a step that ends the pod ends its start and runs under its

@@ -347,3 +347,24 @@ func TestRemovedStaticPodIsForgotten(t *testing.T) {
 		t.Errorf("forgotten = %v, want the static pod's UID", h.status.forgotten)
 	}
 }
+
+// A pod with nothing to do waits the resync period and up to the jitter's share more, at
+// random, as the kubelet's pod workers do; without jitter, the period exactly.
+func TestResyncWaitHasItsJitter(t *testing.T) {
+	w := &Worker{settings: &settings{resync: time.Minute}}
+	if got := w.resyncWait(); got != time.Minute {
+		t.Errorf("without jitter: %v", got)
+	}
+	w.settings.resyncJitter = 0.5
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		got := w.resyncWait()
+		if got < time.Minute || got >= 90*time.Second {
+			t.Fatalf("with jitter 0.5: %v, not in [1m, 1m30s)", got)
+		}
+		seen[got] = true
+	}
+	if len(seen) < 2 {
+		t.Error("50 waits with jitter all the same")
+	}
+}
