@@ -61,15 +61,23 @@ func listDir(t *testing.T, dir string) []string {
 	return out
 }
 
-func TestRotationKeepsMaxFiles(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "0.log")
-	rt := &fakeRuntime{path: path, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
-	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC))
+// newRotator is a Rotator of logs of at most 100 bytes, 3 files, over one running
+// container's log, 0.log in a new directory, with a fake clock at start.
+func newRotator(t *testing.T, start time.Time) (dir, path string, rt *fakeRuntime, clk *clocktesting.FakeClock, r *Rotator) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "0.log")
+	rt = &fakeRuntime{path: path, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
+	clk = clocktesting.NewFakeClock(start)
 	r, err := New(Config{Runtime: rt, MaxSize: 100, MaxFiles: 3, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, path, rt, clk, r
+}
+
+func TestRotationKeepsMaxFiles(t *testing.T) {
+	dir, path, rt, clk, r := newRotator(t, time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	write := func(n int) {
 		if err := os.WriteFile(path, []byte(strings.Repeat("x", n)), 0o644); err != nil {
@@ -230,14 +238,7 @@ func TestRotationGoesOnWhenCompressionFails(t *testing.T) {
 // read the log's directory: a leftover of a cut rotation appearing later (it cannot, but
 // the test makes one) waits for the next rotation.
 func TestLogPathAskedOncePerContainer(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "0.log")
-	rt := &fakeRuntime{path: path, state: runtimeapi.ContainerState_CONTAINER_RUNNING}
-	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC))
-	r, err := New(Config{Runtime: rt, MaxSize: 100, MaxFiles: 3, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, path, rt, _, r := newRotator(t, time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC))
 	ctx := context.Background()
 	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
