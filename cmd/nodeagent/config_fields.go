@@ -176,7 +176,7 @@ var configFields = map[string]fieldRule{
 	"staticPodURL":                         {class: honoured, note: "static pods over HTTP (pkg/config)"},
 	"staticPodURLHeader":                   {class: honoured, note: "static pods over HTTP (pkg/config)"},
 	"streamingConnectionIdleTimeout":       {class: honoured, note: "exec, attach, port-forward and log streams (pkg/server)"},
-	"syncFrequency":                        {class: honoured, note: "pod volume refresh (pkg/sync)"},
+	"syncFrequency":                        {class: honoured, note: "pod volume refresh, and how long a pod with nothing to do waits before its worker looks again (plus up to half of it at random, as the kubelet) (pkg/sync)"},
 	"systemCgroups":                        {class: warned, note: "the host's other processes are left in their cgroups"},
 	"systemReserved":                       {class: honoured, note: "allocatable and system-reserved enforcement (pkg/node, cgroups.go)"},
 	"systemReservedCgroup":                 {class: honoured, note: "system-reserved enforcement (cgroups.go)"},
