@@ -43,15 +43,11 @@ func cpuSeconds(pid int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
+	_, p, ok := parseProcStatLine(pid, string(data))
+	if !ok {
 		return 0, fmt.Errorf("short /proc/%d/stat", pid)
 	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	const clockTicks = 100 // USER_HZ on Linux
-	return (utime + stime) / clockTicks, nil
+	return p.own, nil
 }
 
 // auditMark is a position in the apiserver's audit log.
