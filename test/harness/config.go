@@ -156,6 +156,10 @@ type Config struct {
 	// field, both agents' default 110 when unset): the benchmark raises it to start more
 	// pods at once. The node's pod CIDR (a /24) bounds it in practice: 253 pod addresses.
 	MaxPods int
+	// RuntimeMetricsAddr, when set, is where each node's containerd serves its Prometheus
+	// metrics (its [metrics] address, host:port on the node's own loopback): the
+	// benchmark counts the CRI calls an agent makes from its grpc_server_handled_total.
+	RuntimeMetricsAddr string
 	// BusyboxBinary is the static busybox put into the busybox and agnhost images. Default
 	// DebianBusybox; the conformance runner sets the upstream build of EnsureBusybox, whose
 	// sh behaves as the one in upstream's e2e images.

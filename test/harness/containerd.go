@@ -46,8 +46,18 @@ func pauseImage() string { return "registry.k8s.io/pause:" + PauseTag }
 
 // containerdConfig renders the runtime's configuration: cgroupfs, the harness's runc root,
 // netns under the state dir, CNI from the harness's conf dir, registries from certs.d, and
-// runc under a second handler name (TestRuntimeHandler); runc is the binary both handlers run.
+// runc under a second handler name (TestRuntimeHandler); runc is the binary both handlers run;
+// a metrics address when RuntimeMetricsAddr is set.
 func (c *Config) containerdConfig(runc string) string {
+	metrics := ""
+	if c.RuntimeMetricsAddr != "" {
+		metrics = fmt.Sprintf("[metrics]\n  address = %q\n", c.RuntimeMetricsAddr)
+	}
+	return c.containerdPlugins(runc) + metrics
+}
+
+// containerdPlugins is the configuration but for its metrics.
+func (c *Config) containerdPlugins(runc string) string {
 	root, state, runcRoot, certs, cniConf, _ := c.containerdPaths()
 	sock := c.criSocket()
 	if c.Runtime == RuntimeContainerdDebian {

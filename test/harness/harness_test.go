@@ -130,3 +130,19 @@ func TestAgentRootFSAndExtraConfig(t *testing.T) {
 		t.Errorf("agent args %q: a --config-dir without extra configuration", args)
 	}
 }
+
+func TestContainerdMetricsAddress(t *testing.T) {
+	for _, runtime := range []string{RuntimeContainerd, RuntimeContainerdDebian} {
+		cfg := &Config{RunDir: "/tmp/nodeagent-test-run", Runtime: runtime}
+		if got := cfg.containerdConfig("/runc"); strings.Contains(got, "[metrics]") {
+			t.Errorf("%s: a metrics table without an address:\n%s", runtime, got)
+		}
+		cfg.RuntimeMetricsAddr = "127.0.0.1:4321"
+		got := cfg.containerdConfig("/runc")
+		// Its own table at the end, after every plugin's (TOML puts what follows a table
+		// header in that table).
+		if !strings.HasSuffix(got, "\n[metrics]\n  address = \"127.0.0.1:4321\"\n") {
+			t.Errorf("%s: no metrics table of its own at the end:\n%s", runtime, got)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,9 @@ type cpuSample struct {
 	procs map[string]float64
 	// all is every process's CPU, for the breakdown of compElse (elsesplit.go).
 	all map[procKey]procCPU
+	// calls is containerd's count of CRI calls by method (runtimecalls.go), nil when the
+	// runtime's metrics were not read.
+	calls map[string]float64
 }
 
 // cpuSplit is the CPU the machine spent over a span, by component.
@@ -67,12 +71,17 @@ type cpuSplit struct {
 	Components map[string]float64 `json:"cpuSecondsByComponent"`
 	// ElseByProcess is compElse by process (elsesplit.go).
 	ElseByProcess map[string]float64 `json:"everythingElseByProcess,omitempty"`
+	// RuntimeCalls are the CRI calls containerd handled over the span, by method
+	// (runtimecalls.go).
+	RuntimeCalls map[string]float64 `json:"criCallsByMethod,omitempty"`
 }
 
 // sampleCPU reads the machine's busy time and the CPU time of the components' daemons
 // found in pids (the harness's live daemons by name, harness.Config.Pids); a daemon that
-// is not there or cannot be read (gone) is left out.
-func sampleCPU(pids map[string]int) (cpuSample, error) {
+// is not there or cannot be read (gone) is left out. With runtimeMetrics (containerd's
+// metrics URL) it reads the runtime's CRI calls too; failing that, said on stderr, the
+// sample goes without them.
+func sampleCPU(pids map[string]int, runtimeMetrics string) (cpuSample, error) {
 	s := cpuSample{at: time.Now(), procs: map[string]float64{}}
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -95,6 +104,13 @@ func sampleCPU(pids map[string]int) (cpuSample, error) {
 		}
 	}
 	s.all = readProcs("/proc", daemons)
+	if runtimeMetrics != "" {
+		calls, err := readRuntimeCalls(context.Background(), runtimeMetrics)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		}
+		s.calls = calls
+	}
 	return s, nil
 }
 
@@ -166,6 +182,7 @@ func splitCPU(from, to cpuSample) *cpuSplit {
 	if from.all != nil && to.all != nil {
 		s.ElseByProcess = splitElse(from.all, to.all, s.Components[compElse])
 	}
+	s.RuntimeCalls = callsBetween(from.calls, to.calls)
 	return s
 }
 

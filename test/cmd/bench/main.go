@@ -122,6 +122,12 @@ func run(ctx context.Context, o options) error {
 		// runs it again after the switch.
 		cfg = &harness.Config{Agent: harness.AgentNodeagent, CSIHostpath: true, MaxPods: maxPodsFor(o.ns)}
 	}
+	// containerd counts the CRI calls each side makes (runtimecalls.go).
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeMetricsAddr = addr
 	if err := harness.Up(ctx, cfg); err != nil {
 		return err
 	}
@@ -214,7 +220,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 			return err
 		}
 		pids := cfg.Pids()
-		res, err := floorRound(ctx, rt, cfg.RunDir, o.n, func() (cpuSample, error) { return sampleCPU(pids) })
+		res, err := floorRound(ctx, rt, cfg.RunDir, o.n, func() (cpuSample, error) { return sampleCPU(pids, runtimeMetricsURL(cfg)) })
 		if err != nil {
 			return err
 		}
@@ -252,7 +258,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		profiled <- nil
 	}
 	w := workload{n: o.n, probe: o.probe, pvc: o.pvc, rootDir: cfg.AgentRootDir(), timelines: side == harness.AgentNodeagent,
-		sample: func() (cpuSample, error) { return sampleCPU(pids) }}
+		sample: func() (cpuSample, error) { return sampleCPU(pids, runtimeMetricsURL(cfg)) }}
 	// What the hold with the pods running measures, kept until the round has ended well.
 	var held struct {
 		rss, anon, cpu float64
@@ -339,4 +345,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// runtimeMetricsURL is where the cluster's containerd serves its metrics, "" without.
+func runtimeMetricsURL(cfg *harness.Config) string {
+	if cfg.RuntimeMetricsAddr == "" {
+		return ""
+	}
+	return "http://" + cfg.RuntimeMetricsAddr + "/v1/metrics"
 }

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The runtime's calls: what an agent asks of containerd while the pods start, by CRI
+// method, counted by containerd itself (grpc_server_handled_total on its metrics address,
+// harness.Config.RuntimeMetricsAddr) at both ends of the span. Both sides run against the
+// same containerd, so the difference of the two counts is the agent's (and, for the floor,
+// the bench's own calls).
+
+// criServices are the gRPC services of the CRI; calls to containerd's own API (the
+// harness, ctr) are left out.
+var criServices = map[string]string{
+	"runtime.v1.RuntimeService": "",
+	"runtime.v1.ImageService":   "",
+}
+
+// freeLoopbackAddr is a loopback address with a port nothing listens on now.
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// readRuntimeCalls reads containerd's count of handled CRI calls by method from its
+// metrics at url.
+func readRuntimeCalls(ctx context.Context, url string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("runtime metrics: %s", resp.Status)
+	}
+	return parseRuntimeCalls(resp.Body)
+}
+
+// parseRuntimeCalls sums grpc_server_handled_total over codes, by CRI method.
+func parseRuntimeCalls(r io.Reader) (map[string]float64, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("runtime metrics: %w", err)
+	}
+	out := map[string]float64{}
+	fam, ok := fams["grpc_server_handled_total"]
+	if !ok {
+		return out, nil
+	}
+	for _, m := range fam.GetMetric() {
+		var service, method string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "grpc_service":
+				service = l.GetValue()
+			case "grpc_method":
+				method = l.GetValue()
+			}
+		}
+		if _, ok := criServices[service]; !ok || method == "" {
+			continue
+		}
+		out[method] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// callsBetween is the calls made between two readings, by method; a method without calls
+// is left out.
+func callsBetween(from, to map[string]float64) map[string]float64 {
+	if from == nil || to == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for method, v := range to {
+		if d := v - from[method]; d > 0 {
+			out[method] = d
+		}
+	}
+	return out
+}
+
+// writeRuntimeCallsTable prints the Markdown table of the CRI calls made while the pods
+// started, by method and side: medians over rounds, the methods most called on any side
+// first. Nothing when no round has them.
+func writeRuntimeCallsTable(w io.Writer, sides map[string]sideResult, n int) {
+	var names []string
+	med := map[string]map[string]float64{}
+	peak := map[string]float64{}
+	for _, side := range cpuSides(sides) {
+		byMethod := map[string][]float64{}
+		rounds := 0
+		for _, r := range sides[side].Rounds {
+			if r.CPUStart == nil || r.CPUStart.RuntimeCalls == nil {
+				continue
+			}
+			rounds++
+			for m, v := range r.CPUStart.RuntimeCalls {
+				byMethod[m] = append(byMethod[m], v)
+			}
+		}
+		if rounds == 0 {
+			continue
+		}
+		names = append(names, side)
+		med[side] = map[string]float64{}
+		for m, vs := range byMethod {
+			for len(vs) < rounds { // a method missing from a round had no calls there
+				vs = append(vs, 0)
+			}
+			med[side][m], _, _, _ = summary(vs)
+			peak[m] = max(peak[m], med[side][m])
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	methods := make([]string, 0, len(peak))
+	for m := range peak {
+		methods = append(methods, m)
+	}
+	sort.Slice(methods, func(i, j int) bool {
+		if peak[methods[i]] != peak[methods[j]] {
+			return peak[methods[i]] > peak[methods[j]]
+		}
+		return methods[i] < methods[j]
+	})
+	fmt.Fprintf(w, "\nCRI calls while the pods start, by method (containerd's count, medians over rounds; per pod in brackets, %d pods):\n\n", n)
+	fmt.Fprintln(w, "| method | "+strings.Join(names, " | ")+" |")
+	fmt.Fprintln(w, "|---"+strings.Repeat("|---", len(names))+"|")
+	for _, m := range methods {
+		line := "| " + m
+		for _, side := range names {
+			v := med[side][m]
+			line += fmt.Sprintf(" | %.4g [%.3g]", v, v/float64(max(n, 1)))
+		}
+		fmt.Fprintln(w, line+" |")
+	}
+}
