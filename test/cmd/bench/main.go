@@ -263,16 +263,20 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	var held struct {
 		rss, anon, cpu float64
 		requests       heldRequests
+		calls          map[string]float64
 	}
 	res, err := startupRound(ctx, cs, rt, w, func() error {
 		held.rss, _, held.anon, _ = memory(pid)
+		calls0 := runtimeCalls(ctx, cfg)
 		c0, _ := cpuSeconds(pid)
+		h0 := time.Now()
 		var err error
 		if held.requests, err = auditedHold(ctx, cfg.AuditLog(), o.hold); err != nil {
 			return err
 		}
 		c1, _ := cpuSeconds(pid)
 		held.cpu = c1 - c0
+		held.calls = perMinute(callsBetween(calls0, runtimeCalls(ctx, cfg)), time.Since(h0))
 		if side == harness.AgentNodeagent && o.heap && len(r.Rounds) == 0 {
 			// After the hold's figures: the profile's GC and transfer are not in them.
 			path := filepath.Join(o.outDir, fmt.Sprintf("nodeagent-heap-%dpods.pprof", o.n))
@@ -312,6 +316,9 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	r.RequestsHeld = append(r.RequestsHeld, float64(held.requests.n))
 	r.RequestsHeldBy = append(r.RequestsHeldBy, held.requests.by)
 	r.RequestsPerMinPods = append(r.RequestsPerMinPods, held.requests.perMinute)
+	if held.calls != nil {
+		r.RuntimeCallsHeld = append(r.RuntimeCallsHeld, held.calls)
+	}
 	r.RSSAfter = append(r.RSSAfter, rssAfter)
 	r.HWM = append(r.HWM, hwm)
 	r.Requests = append(r.Requests, float64(reqs))
@@ -345,6 +352,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// runtimeCalls reads the cluster's containerd's CRI calls by method; nil, said on stderr,
+// when it cannot.
+func runtimeCalls(ctx context.Context, cfg *harness.Config) map[string]float64 {
+	url := runtimeMetricsURL(cfg)
+	if url == "" {
+		return nil
+	}
+	calls, err := readRuntimeCalls(ctx, url)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	}
+	return calls
 }
 
 // runtimeMetricsURL is where the cluster's containerd serves its metrics, "" without.

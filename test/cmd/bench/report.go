@@ -47,6 +47,9 @@ type sideResult struct {
 	// hold with N pods running and over the idle hold before the pods.
 	RequestsPerMinPods []float64 `json:"apiserverRequestsPerMinuteWithPods,omitempty"`
 	RequestsPerMinIdle []float64 `json:"apiserverRequestsPerMinuteIdle,omitempty"`
+	// RuntimeCallsHeld are the CRI calls per minute over the hold with N pods running, by
+	// method (runtimecalls.go); a round whose runtime metrics could not be read has none.
+	RuntimeCallsHeld []map[string]float64 `json:"criCallsPerMinuteDuringHoldWithPodsByMethod,omitempty"`
 	// RequestsBy splits each round's requests by verb and resource.
 	RequestsBy []map[string]int `json:"apiserverRequestsByVerbResource,omitempty"`
 	Errors     []string         `json:"errors,omitempty"`

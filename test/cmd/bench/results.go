@@ -24,7 +24,7 @@ func reportPods(w io.Writer, cfg *harness.Config, o options, stamp string, pr po
 	writeStepTable(w, pr.Results)
 	writeCPUTable(w, pr.Results)
 	writeElseTable(w, pr.Results)
-	writeRuntimeCallsTable(w, pr.Results, pr.Pods)
+	writeRuntimeCallsTables(w, pr.Results, pr.Pods)
 	c := cdfChart(pr)
 	if c == nil {
 		return

@@ -102,32 +102,44 @@ func callsBetween(from, to map[string]float64) map[string]float64 {
 	return out
 }
 
-// writeRuntimeCallsTable prints the Markdown table of the CRI calls made while the pods
-// started, by method and side: medians over rounds, the methods most called on any side
-// first. Nothing when no round has them.
-func writeRuntimeCallsTable(w io.Writer, sides map[string]sideResult, n int) {
+// writeRuntimeCallsTables prints the CRI calls by method and side: made while the pods
+// started (CPUStart's), and per minute over the hold with the pods running.
+func writeRuntimeCallsTables(w io.Writer, sides map[string]sideResult, n int) {
+	starts, held := map[string][]map[string]float64{}, map[string][]map[string]float64{}
+	for side, s := range sides {
+		for _, r := range s.Rounds {
+			if r.CPUStart != nil && r.CPUStart.RuntimeCalls != nil {
+				starts[side] = append(starts[side], r.CPUStart.RuntimeCalls)
+			}
+		}
+		held[side] = s.RuntimeCallsHeld
+	}
+	writeCallsTable(w, fmt.Sprintf("CRI calls while the %d pods start, by method (containerd's count, medians over rounds):", n), starts)
+	writeCallsTable(w, fmt.Sprintf("CRI calls per minute over the hold with %d pods running, by method (containerd's count, medians over rounds):", n), held)
+}
+
+// writeCallsTable prints one Markdown table of calls by method (rows, the most called on
+// any side first) and side (columns: nodeagent, kubelet, floor), each cell the median
+// over the side's rounds. Nothing when no side has a round.
+func writeCallsTable(w io.Writer, title string, rounds map[string][]map[string]float64) {
 	var names []string
 	med := map[string]map[string]float64{}
 	peak := map[string]float64{}
-	for _, side := range cpuSides(sides) {
+	for _, side := range []string{"nodeagent", "kubelet", "floor"} {
+		rs := rounds[side]
+		if len(rs) == 0 {
+			continue
+		}
 		byMethod := map[string][]float64{}
-		rounds := 0
-		for _, r := range sides[side].Rounds {
-			if r.CPUStart == nil || r.CPUStart.RuntimeCalls == nil {
-				continue
-			}
-			rounds++
-			for m, v := range r.CPUStart.RuntimeCalls {
+		for _, r := range rs {
+			for m, v := range r {
 				byMethod[m] = append(byMethod[m], v)
 			}
-		}
-		if rounds == 0 {
-			continue
 		}
 		names = append(names, side)
 		med[side] = map[string]float64{}
 		for m, vs := range byMethod {
-			for len(vs) < rounds { // a method missing from a round had no calls there
+			for len(vs) < len(rs) { // a method missing from a round had no calls there
 				vs = append(vs, 0)
 			}
 			med[side][m], _, _, _ = summary(vs)
@@ -147,15 +159,33 @@ func writeRuntimeCallsTable(w io.Writer, sides map[string]sideResult, n int) {
 		}
 		return methods[i] < methods[j]
 	})
-	fmt.Fprintf(w, "\nCRI calls while the pods start, by method (containerd's count, medians over rounds; per pod in brackets, %d pods):\n\n", n)
+	fmt.Fprintf(w, "\n%s\n\n", title)
 	fmt.Fprintln(w, "| method | "+strings.Join(names, " | ")+" |")
 	fmt.Fprintln(w, "|---"+strings.Repeat("|---", len(names))+"|")
+	total := map[string]float64{}
 	for _, m := range methods {
 		line := "| " + m
 		for _, side := range names {
-			v := med[side][m]
-			line += fmt.Sprintf(" | %.4g [%.3g]", v, v/float64(max(n, 1)))
+			line += fmt.Sprintf(" | %.4g", med[side][m])
+			total[side] += med[side][m]
 		}
 		fmt.Fprintln(w, line+" |")
 	}
+	line := "| all methods (sum of the medians)"
+	for _, side := range names {
+		line += fmt.Sprintf(" | %.4g", total[side])
+	}
+	fmt.Fprintln(w, line+" |")
+}
+
+// perMinute scales calls counted over d to a minute.
+func perMinute(calls map[string]float64, d time.Duration) map[string]float64 {
+	if calls == nil || d <= 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(calls))
+	for m, v := range calls {
+		out[m] = v / d.Minutes()
+	}
+	return out
 }

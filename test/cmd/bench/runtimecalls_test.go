@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // What containerd's metrics address serves, trimmed: CRI methods under two codes, a
@@ -76,35 +77,55 @@ func TestCallsBetween(t *testing.T) {
 	}
 }
 
-func TestRuntimeCallsTable(t *testing.T) {
+func TestRuntimeCallsTables(t *testing.T) {
 	round := func(calls map[string]float64) roundResult {
 		return roundResult{CPUStart: &cpuSplit{Components: map[string]float64{}, RuntimeCalls: calls}}
 	}
 	sides := map[string]sideResult{
-		"nodeagent": {Rounds: []roundResult{round(map[string]float64{"ListContainers": 40, "RunPodSandbox": 10}), round(map[string]float64{"ListContainers": 60}), round(map[string]float64{"ListContainers": 50})}},
-		"kubelet":   {Rounds: []roundResult{round(map[string]float64{"ListContainers": 20, "ContainerStats": 500})}},
+		"nodeagent": {
+			Rounds:           []roundResult{round(map[string]float64{"ListContainers": 40, "RunPodSandbox": 10}), round(map[string]float64{"ListContainers": 60}), round(map[string]float64{"ListContainers": 50})},
+			RuntimeCallsHeld: []map[string]float64{{"ListContainers": 60}},
+		},
+		// A round without the runtime's count (its metrics unread) is left out.
+		"kubelet": {Rounds: []roundResult{round(map[string]float64{"ListContainers": 20, "ContainerStats": 500}), round(nil)}},
 	}
 	var b bytes.Buffer
-	writeRuntimeCallsTable(&b, sides, 10)
-	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	// Title, a blank line, header, rule, three methods.
-	if len(lines) != 7 {
-		t.Fatalf("%d lines:\n%s", len(lines), b.String())
+	writeRuntimeCallsTables(&b, sides, 10)
+	tables := strings.Split(strings.TrimSpace(b.String()), "\n\n")
+	// The start's title and table, the hold's title and table.
+	if len(tables) != 4 {
+		t.Fatalf("%d parts:\n%s", len(tables), b.String())
 	}
-	if lines[2] != "| method | nodeagent | kubelet |" {
-		t.Errorf("header %q", lines[2])
+	start := strings.Split(tables[1], "\n")
+	want := []string{
+		"| method | nodeagent | kubelet |",
+		"|---|---|---|",
+		"| ContainerStats | 0 | 500 |",
+		// A method missing from a round had no calls there: RunPodSandbox's median of 10,
+		// 0 and 0 is 0.
+		"| ListContainers | 50 | 20 |",
+		"| RunPodSandbox | 0 | 0 |",
+		"| all methods (sum of the medians) | 50 | 520 |",
 	}
-	if lines[4] != "| ContainerStats | 0 [0] | 500 [50] |" {
-		t.Errorf("most called first: %q", lines[4])
+	if strings.Join(start, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the start's table:\n%s\nwant:\n%s", tables[1], strings.Join(want, "\n"))
 	}
-	// A method missing from a round had no calls there: RunPodSandbox's median of 10, 0
-	// and 0 is 0.
-	if lines[5] != "| ListContainers | 50 [5] | 20 [2] |" || lines[6] != "| RunPodSandbox | 0 [0] | 0 [0] |" {
-		t.Errorf("rows %q, %q", lines[5], lines[6])
+	if !strings.Contains(tables[2], "per minute over the hold with 10 pods") || tables[3] != "| method | nodeagent |\n|---|---|\n| ListContainers | 60 |\n| all methods (sum of the medians) | 60 |" {
+		t.Errorf("the hold's table:\n%s\n%s", tables[2], tables[3])
 	}
 	var none bytes.Buffer
-	writeRuntimeCallsTable(&none, map[string]sideResult{"kubelet": {Rounds: []roundResult{round(nil)}}}, 10)
+	writeRuntimeCallsTables(&none, map[string]sideResult{"kubelet": {Rounds: []roundResult{round(nil)}}}, 10)
 	if none.Len() != 0 {
-		t.Errorf("a table without calls: %q", none.String())
+		t.Errorf("tables without calls: %q", none.String())
+	}
+}
+
+func TestPerMinute(t *testing.T) {
+	got := perMinute(map[string]float64{"ListContainers": 30, "Version": 1}, 30*time.Second)
+	if got["ListContainers"] != 60 || got["Version"] != 2 {
+		t.Errorf("got %v", got)
+	}
+	if perMinute(nil, time.Minute) != nil || perMinute(map[string]float64{"x": 1}, 0) != nil {
+		t.Error("no calls, or no time, gave a rate")
 	}
 }
