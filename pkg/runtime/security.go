@@ -3,7 +3,11 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -53,15 +57,55 @@ var errEmptyLocalhostSeccomp = errors.New("localhostProfile must be set if secco
 
 // The paths the runtime masks and makes read-only in /proc and /sys
 // unless the container asks for an unmasked /proc; the kubelet sends the
-// same list (Docker's defaults).
+// same lists (Docker's defaults): the masked ones with each possible CPU's
+// thermal_throttle directory this machine has (read once, from /sys).
 var (
-	defaultMaskedPaths = []string{
-		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-		"/sys/firmware", "/sys/devices/virtual/powercap",
-	}
+	defaultMaskedPaths   = sync.OnceValue(func() []string { return maskedPaths("/sys") })
 	defaultReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 )
+
+// maskedPaths is the masked list on the machine whose sysfs is at sys.
+func maskedPaths(sys string) []string {
+	out := []string{
+		"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+		"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	possible, err := os.ReadFile(filepath.Join(sys, "devices/system/cpu/possible"))
+	if err != nil {
+		return out
+	}
+	for _, cpu := range cpuList(strings.TrimSpace(string(possible))) {
+		rel := fmt.Sprintf("devices/system/cpu/cpu%d/thermal_throttle", cpu)
+		if _, err := os.Stat(filepath.Join(sys, rel)); err == nil {
+			out = append(out, "/sys/"+rel)
+		}
+	}
+	return out
+}
+
+// cpuList reads a kernel CPU list ("0-3,8,10-11"); what does not parse is
+// left out.
+func cpuList(s string) []int {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		first, err := strconv.Atoi(lo)
+		if err != nil {
+			continue
+		}
+		last := first
+		if isRange {
+			if last, err = strconv.Atoi(hi); err != nil || last < first {
+				continue
+			}
+		}
+		for cpu := first; cpu <= last; cpu++ {
+			out = append(out, cpu)
+		}
+	}
+	return out
+}
 
 // effectiveSecurity merges the pod's security context into the
 // container's: the container's own settings win.
@@ -138,7 +182,7 @@ func ContainerSecurity(pod *v1.Pod, c *v1.Container, opts SecurityOptions, img I
 		// Only an explicit allowPrivilegeEscalation: false sets
 		// no_new_privs; unset leaves escalation allowed, as the kubelet does.
 		NoNewPrivs:    sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation,
-		MaskedPaths:   defaultMaskedPaths,
+		MaskedPaths:   defaultMaskedPaths(),
 		ReadonlyPaths: defaultReadonlyPaths,
 	}
 	out.NamespaceOptions.UsernsOptions = userns
@@ -255,9 +299,12 @@ func seLinuxOptions(o *v1.SELinuxOptions) *runtimeapi.SELinuxOption {
 }
 
 // sandboxSecurity is the pod-level security context of the sandbox: the
-// pod's identity and groups, its seccomp profile, its sysctls, and
-// privileged when any of its containers is (the runtime refuses a
-// privileged container in an unprivileged sandbox).
+// pod's identity and groups, its sysctls, and privileged when any of its
+// containers is (the runtime refuses a privileged container in an
+// unprivileged sandbox). The sandbox runs under the runtime's default
+// seccomp profile whatever the pod asks, as the kubelet's does: the pause
+// process needs no more, and the pod's own profile, however strict, is
+// its containers' (where a bad one fails the container).
 func sandboxSecurity(pod *v1.Pod, opts SecurityOptions) (*runtimeapi.LinuxSandboxSecurityContext, error) {
 	userns, err := userNamespace(pod, opts.UserNamespace)
 	if err != nil {
@@ -268,7 +315,6 @@ func sandboxSecurity(pod *v1.Pod, opts SecurityOptions) (*runtimeapi.LinuxSandbo
 		Privileged:       hasPrivileged(pod),
 	}
 	out.NamespaceOptions.UsernsOptions = userns
-	var podSeccomp *v1.SeccompProfile
 	var podAppArmor *v1.AppArmorProfile
 	if psc := pod.Spec.SecurityContext; psc != nil {
 		if psc.RunAsUser != nil {
@@ -278,14 +324,12 @@ func sandboxSecurity(pod *v1.Pod, opts SecurityOptions) (*runtimeapi.LinuxSandbo
 			out.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
 		}
 		out.SelinuxOptions = seLinuxOptions(psc.SELinuxOptions)
-		podSeccomp, podAppArmor = psc.SeccompProfile, psc.AppArmorProfile
+		podAppArmor = psc.AppArmorProfile
 	}
 	if out.SupplementalGroups, out.SupplementalGroupsPolicy, err = podGroups(pod); err != nil {
 		return nil, err
 	}
-	if out.Seccomp, err = seccompProfile(podSeccomp, opts); err != nil {
-		return nil, err
-	}
+	out.Seccomp = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
 	if out.Apparmor, _, err = appArmorProfile(podAppArmor); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,9 @@
 package runtime
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,7 +104,7 @@ func TestContainerSecurity(t *testing.T) {
 				if sc.Seccomp.GetProfileType() != runtimeapi.SecurityProfile_Unconfined {
 					t.Errorf("seccomp %v, want Unconfined", sc.Seccomp)
 				}
-				if len(sc.MaskedPaths) != len(defaultMaskedPaths) || len(sc.ReadonlyPaths) != len(defaultReadonlyPaths) {
+				if len(sc.MaskedPaths) != len(defaultMaskedPaths()) || len(sc.ReadonlyPaths) != len(defaultReadonlyPaths) {
 					t.Errorf("masked %v readonly %v, want the defaults", sc.MaskedPaths, sc.ReadonlyPaths)
 				}
 				if sc.Apparmor != nil {
@@ -266,9 +269,60 @@ func TestSandboxSecurity(t *testing.T) {
 	if cfg.Linux.Sysctls["net.ipv4.ip_unprivileged_port_start"] != "0" {
 		t.Errorf("sysctls %v", cfg.Linux.Sysctls)
 	}
-	psc.SeccompProfile = &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("")}
-	if _, _, err := SandboxConfig(p, 0, PodOptions{}); err == nil {
-		t.Error("an empty Localhost profile must fail the sandbox")
+	// The sandbox runs the runtime's default profile whatever the pod asks, as the
+	// kubelet's: an unconfined pod's too, and a pod whose own profile is bad (its
+	// containers fail on it, not the sandbox).
+	for _, prof := range []*v1.SeccompProfile{
+		nil,
+		{Type: v1.SeccompProfileTypeUnconfined},
+		{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("")},
+	} {
+		psc.SeccompProfile = prof
+		cfg, _, err := SandboxConfig(p, 0, PodOptions{})
+		if err != nil {
+			t.Fatalf("pod profile %v: %v", prof, err)
+		}
+		if got := cfg.Linux.SecurityContext.Seccomp; got.GetProfileType() != runtimeapi.SecurityProfile_RuntimeDefault {
+			t.Errorf("pod profile %v: the sandbox's is %v, want RuntimeDefault", prof, got)
+		}
+	}
+	if _, err := ContainerSecurity(p, &p.Spec.Containers[0], SecurityOptions{}, ImageUser{}); err == nil {
+		t.Error("an empty pod-level Localhost profile must fail its container")
+	}
+}
+
+func TestMaskedPaths(t *testing.T) {
+	sys := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(sys, "devices/system/cpu/cpu1/thermal_throttle"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sys, "devices/system/cpu/possible"), []byte("0-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := maskedPaths(sys)
+	if !slices.Contains(got, "/proc/interrupts") || !slices.Contains(got, "/sys/devices/virtual/powercap") {
+		t.Errorf("masked %v: not the kubelet's list", got)
+	}
+	// Only the CPUs whose directory is there: cpu0 has none here.
+	if got[len(got)-1] != "/sys/devices/system/cpu/cpu1/thermal_throttle" || slices.Contains(got, "/sys/devices/system/cpu/cpu0/thermal_throttle") {
+		t.Errorf("masked %v: want cpu1's thermal_throttle alone", got)
+	}
+	if plain := maskedPaths(filepath.Join(sys, "missing")); len(plain) != len(got)-1 {
+		t.Errorf("without a sysfs: %v", plain)
+	}
+}
+
+func TestCPUList(t *testing.T) {
+	for in, want := range map[string][]int{
+		"0":           {0},
+		"0-3":         {0, 1, 2, 3},
+		"0-1,4,6-7":   {0, 1, 4, 6, 7},
+		"":            nil,
+		"x,2,5-3,3-x": {2},
+	} {
+		if got := cpuList(in); !slices.Equal(got, want) {
+			t.Errorf("cpuList(%q) = %v, want %v", in, got, want)
+		}
 	}
 }
 

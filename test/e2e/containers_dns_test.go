@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeagent/nodeagent/test/e2e/framework"
@@ -134,8 +136,8 @@ func TestLocalhostSeccompProfile(t *testing.T) {
 	pod := reportPod(podNS, "seccomp-local",
 		`{ grep '^Seccomp:' /proc/self/status; mkdir /tmp/made && echo mkdir-allowed || echo mkdir-refused; } > /dev/termination-log`)
 	rel, _ := filepath.Rel(root, profile)
-	// On the container: a pod-level profile applies to the sandbox too, whose failure
-	// leaves the container ContainerCreating (as with the kubelet).
+	// On the container (the sandbox runs the runtime's default profile whatever the pod
+	// asks, as the kubelet's).
 	pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{
 		Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To(rel)}}
 	pod = createPod(t, pod)
@@ -197,4 +199,43 @@ func TestStdinAndTTY(t *testing.T) {
 			t.Errorf("with stdin the container ended: %s", describeStatuses(p.Status.ContainerStatuses))
 		}
 	})
+}
+
+// TestSandboxSeccompAndMaskedProc: as with the kubelet, a pod's sandbox (its pause
+// process) runs under the runtime's default seccomp profile even when the pod asks for
+// none, while its containers run unconfined; and a container's /proc hides what the
+// kubelet's list masks, /proc/interrupts among it.
+func TestSandboxSeccompAndMaskedProc(t *testing.T) {
+	t.Parallel()
+	requireNodeagent(t)
+	pod := reportPod(podNS, "masked-proc",
+		`{ grep '^Seccomp:' /proc/self/status; wc -c < /proc/interrupts; } > /dev/termination-log`)
+	// A second container keeps the sandbox up once the first has reported.
+	keep := pod.Spec.Containers[0]
+	keep.Name, keep.Command, keep.Args = "z-keep", []string{"sleep", "3600"}, nil
+	pod.Spec.Containers = append(pod.Spec.Containers, keep)
+	pod = createPod(t, pod)
+	if want, got := "Seccomp:\t0\n0\n", terminated(t, pod).Message; got != want {
+		t.Errorf("the container saw %q, want %q (unconfined, /proc/interrupts masked)", got, want)
+	}
+	sbs := sandboxesOf(t, string(pod.UID))
+	if len(sbs) != 1 {
+		t.Fatalf("%d sandboxes of the pod, want 1", len(sbs))
+	}
+	rt, _ := framework.CRI(t)
+	resp, err := rt.PodSandboxStatus(framework.Context(t, 30*time.Second), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sbs[0].Id, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct{ Pid int }
+	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil || info.Pid == 0 {
+		t.Fatalf("sandbox %s verbose info: pid %d, %v", sbs[0].Id, info.Pid, err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+		t.Errorf("the pause process (pid %d) is not under a seccomp filter:\n%s", info.Pid, status)
+	}
 }
