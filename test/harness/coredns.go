@@ -111,7 +111,7 @@ func (c *Config) coreDNSImage(ctx context.Context) (v1.Image, error) {
 	}
 	// The user and group names of upstream's base image: a runtime told only the user's
 	// ID (as agents tell it the image's) takes its group from /etc/passwd.
-	etc, err := layerOf([]tarFile{
+	etc, err := c.layerOf([]tarFile{
 		{name: "etc", dir: true, mode: 0o755},
 		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
 		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")},

@@ -211,17 +211,17 @@ func (c *Config) projectImage(ctx context.Context, name string, under ...v1.Laye
 	if err != nil {
 		return nil, err
 	}
-	l, err := layerOf([]tarFile{{name: name, mode: 0o755, data: data}})
+	l, err := c.layerOf([]tarFile{{name: name, mode: 0o755, data: data}})
 	if err != nil {
 		return nil, err
 	}
 	return imageOf(v1.Config{Entrypoint: []string{"/" + name}, Env: []string{imagePath}}, append(under, l)...)
 }
 
-// buildImageBinary compiles one of the project's image commands statically into the run
-// dir and returns it. The go tool's cache makes a repeated build a link.
+// buildImageBinary compiles one of the project's image commands statically (imageBinPath)
+// and returns it: an unchanged one is not even linked again.
 func (c *Config) buildImageBinary(ctx context.Context, name, pkg string) ([]byte, error) {
-	out := c.path("images", "csimock", name)
+	out := c.imageBinPath("csimock", name)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,10 @@ package harness
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +50,9 @@ type tarFile struct {
 	xattrs   map[string]string // extended attributes, e.g. security.capability
 }
 
-func layerOf(files []tarFile) (v1.Layer, error) {
+// tarOf is the tar of files as a layer holds them: owners and modes as given, every time
+// the epoch, so that the same files make the same layer.
+func tarOf(files []tarFile) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
@@ -78,8 +83,83 @@ func layerOf(files []tarFile) (v1.Layer, error) {
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
-	data := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	return buf.Bytes(), nil
+}
+
+// layerKeep is how long a compressed layer nothing asked for stays in the layer store.
+const layerKeep = 7 * 24 * time.Hour
+
+// layerOf is the layer of files. It is compressed once per content into the cache's layer
+// store (<cache>/layers/<sha256 of the tar>.tar.gz) and taken from there afterwards: a
+// layer made from a tar is compressed again for its digest and for each push, which cost
+// every cluster's bring-up seconds of CPU for agnhost's and the project's images.
+// Layers unused for layerKeep are removed when a new one is stored. Without a cache dir
+// the layer is compressed as it goes.
+func (c *Config) layerOf(files []tarFile) (v1.Layer, error) {
+	data, err := tarOf(files)
+	if err != nil {
+		return nil, err
+	}
+	if c.CacheDir == "" {
+		return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	}
+	dir := filepath.Join(c.CacheDir, "layers")
+	sum := sha256.Sum256(data)
+	gz := filepath.Join(dir, hex.EncodeToString(sum[:])+".tar.gz")
+	if _, err := os.Stat(gz); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(gz, now, now) // used: kept another layerKeep
+		return tarball.LayerFromFile(gz)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	pruneLayers(dir, time.Now().Add(-layerKeep))
+	if err := storeCompressed(gz, data); err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromFile(gz)
+}
+
+// storeCompressed writes data gzip-compressed to path, through a file of its own beside it:
+// two harness processes may store the same layer at once.
+func storeCompressed(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".layer-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	zw := gzip.NewWriter(f)
+	if _, err := zw.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// pruneLayers removes the stored layers last used before cutoff, and what a store cut
+// short left.
+func pruneLayers(dir string, cutoff time.Time) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !info.ModTime().Before(cutoff) {
+			continue
+		}
+		if strings.HasSuffix(e.Name(), ".tar.gz") || strings.HasPrefix(e.Name(), ".layer-") {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 func imageOf(cfg v1.Config, layers ...v1.Layer) (v1.Image, error) {
@@ -94,7 +174,7 @@ func imageOf(cfg v1.Config, layers ...v1.Layer) (v1.Image, error) {
 
 // busyboxLayer holds a static busybox (Config.BusyboxBinary) with a link for every applet,
 // and the few files a base image has.
-func busyboxLayer(ctx context.Context, bbPath string) (v1.Layer, error) {
+func (c *Config) busyboxLayer(ctx context.Context, bbPath string) (v1.Layer, error) {
 	const bb = "/bin/busybox"
 	data, err := os.ReadFile(bbPath)
 	if err != nil {
@@ -133,7 +213,7 @@ func busyboxLayer(ctx context.Context, bbPath string) (v1.Layer, error) {
 	for _, applet := range applets {
 		link("bin/" + filepath.Base(applet))
 	}
-	return layerOf(files)
+	return c.layerOf(files)
 }
 
 // agnhostTools are the programs upstream's agnhost image installs from Alpine's packages
@@ -162,7 +242,7 @@ var nsswitchConf = tarFile{name: "etc/nsswitch.conf", mode: 0o644, data: []byte(
 // agnhostLayer adds what the agnhost image has over its base (see upstream's
 // test/images/agnhost/Dockerfile): the binary and its agnhost-2 link, the porter's
 // certificate, the upload dir, the user and group the e2e tests look for, and curl and bash.
-func agnhostLayer(ctx context.Context, bin, srcDir string) (v1.Layer, error) {
+func (c *Config) agnhostLayer(ctx context.Context, bin, srcDir string) (v1.Layer, error) {
 	data, err := os.ReadFile(filepath.Join(bin, "agnhost"))
 	if err != nil {
 		return nil, err
@@ -187,12 +267,19 @@ func agnhostLayer(ctx context.Context, bin, srcDir string) (v1.Layer, error) {
 		}
 		files = append(files, tarFile{name: f, mode: 0o644, data: b})
 	}
-	return layerOf(files)
+	return c.layerOf(files)
+}
+
+// imageBinPath is where the project's image commands are built, under the cache: the go
+// tool leaves a binary that is up to date as it is, so a cluster's bring-up links them
+// again only after their sources changed.
+func (c *Config) imageBinPath(elem ...string) string {
+	return filepath.Join(append([]string{c.CacheDir, "images"}, elem...)...)
 }
 
 // buildPause compiles test/images/pause statically.
 func (c *Config) buildPause(ctx context.Context) ([]byte, error) {
-	out := c.path("images", "pause")
+	out := c.imageBinPath("pause")
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return nil, err
 	}
@@ -230,15 +317,15 @@ func (c *Config) buildBaseImages(ctx context.Context, upstreamBin string) (*base
 	if err != nil {
 		return nil, err
 	}
-	pauseLayer, err := layerOf([]tarFile{{name: "pause", mode: 0o755, data: pauseBin}})
+	pauseLayer, err := c.layerOf([]tarFile{{name: "pause", mode: 0o755, data: pauseBin}})
 	if err != nil {
 		return nil, err
 	}
-	bbLayer, err := busyboxLayer(ctx, c.BusyboxBinary)
+	bbLayer, err := c.busyboxLayer(ctx, c.BusyboxBinary)
 	if err != nil {
 		return nil, err
 	}
-	agnLayer, err := agnhostLayer(ctx, upstreamBin, mod.Dir)
+	agnLayer, err := c.agnhostLayer(ctx, upstreamBin, mod.Dir)
 	if err != nil {
 		return nil, err
 	}

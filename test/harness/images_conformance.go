@@ -98,7 +98,7 @@ func glibcDNSBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, st
 	if err != nil {
 		return nil, "", "", err
 	}
-	layer, err := layerOf(append(tools, nsswitchConf))
+	layer, err := b.cfg.layerOf(append(tools, nsswitchConf))
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -118,7 +118,7 @@ func etcdBuilder(_ context.Context, b *baseImages, _ string) (v1.Image, string, 
 	if err != nil {
 		return nil, "", "", err
 	}
-	layer, err := layerOf([]tarFile{
+	layer, err := b.cfg.layerOf([]tarFile{
 		{name: "usr/local", dir: true, mode: 0o755},
 		{name: "usr/local/bin", dir: true, mode: 0o755},
 		{name: "usr/local/bin/etcd", mode: 0o755, data: data},
@@ -147,7 +147,7 @@ func sampleAPIServerBuilder(ctx context.Context, b *baseImages, _ string) (v1.Im
 	if err != nil {
 		return nil, "", "", err
 	}
-	layer, err := layerOf([]tarFile{{name: "sample-apiserver", mode: 0o755, data: data}})
+	layer, err := b.cfg.layerOf([]tarFile{{name: "sample-apiserver", mode: 0o755, data: data}})
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -163,7 +163,7 @@ func busyboxBuilder(_ context.Context, b *baseImages, _ string) (v1.Image, strin
 // with busybox httpd and, like nginx, stops on SIGQUIT (its STOPSIGNAL) and SIGTERM.
 func nginxBuilder(_ context.Context, b *baseImages, _ string) (v1.Image, string, string, error) {
 	page := "<!DOCTYPE html>\n<html><head><title>nodeagent harness stand-in for nginx</title></head><body>served by busybox httpd</body></html>\n"
-	layer, err := layerOf([]tarFile{
+	layer, err := b.cfg.layerOf([]tarFile{
 		{name: "usr/share/nginx", dir: true, mode: 0o755},
 		{name: "usr/share/nginx/html", dir: true, mode: 0o755},
 		{name: "usr/share/nginx/html/index.html", mode: 0o644, data: []byte(page)},
@@ -198,7 +198,7 @@ func nonewprivsBuilder(ctx context.Context, b *baseImages, _ string) (v1.Image, 
 	if err != nil {
 		return nil, "", "", err
 	}
-	layer, err := layerOf([]tarFile{
+	layer, err := b.cfg.layerOf([]tarFile{
 		{name: "usr/local", dir: true, mode: 0o755},
 		{name: "usr/local/bin", dir: true, mode: 0o755},
 		{name: "usr/local/bin/nnp", mode: 0o4755, data: data},
@@ -228,7 +228,7 @@ func webserverBuilder(image string) imageBuilder {
 		osRelease := "# nodeagent harness stand-in: upstream's image is built on agnhost, whose base is Alpine Linux; this one's is busybox.\n" +
 			"NAME=\"Alpine Linux\"\nID=alpine\nPRETTY_NAME=\"Alpine Linux (nodeagent harness stand-in)\"\n"
 		files = append(files, tarFile{name: "etc/os-release", mode: 0o644, data: []byte(osRelease)})
-		layer, err := layerOf(files)
+		layer, err := b.cfg.layerOf(files)
 		if err != nil {
 			return nil, "", "", err
 		}

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -31,7 +30,7 @@ const (
 // tests build the module's packages (no -trimpath, no cgo), so that on a fresh machine
 // their build finds the client libraries compiled (about 20 packages instead of 265).
 func (c *Config) buildCSIImages(ctx context.Context, bbLayer v1.Layer) (map[string]v1.Image, error) {
-	out := c.path("images", "csi")
+	out := c.imageBinPath("csi")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
 	}
@@ -47,7 +46,7 @@ func (c *Config) buildCSIImages(ctx context.Context, bbLayer v1.Layer) (map[stri
 		if err != nil {
 			return nil, err
 		}
-		l, err := layerOf([]tarFile{{name: bin, mode: 0o755, data: data}})
+		l, err := c.layerOf([]tarFile{{name: bin, mode: 0o755, data: data}})
 		if err != nil {
 			return nil, err
 		}
@@ -114,28 +113,11 @@ func cachedLayer(gz string, files func() ([]tarFile, error)) (v1.Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := layerOf(fs)
+	data, err := tarOf(fs)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := l.Compressed()
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	tmp := gz + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := io.Copy(f, rc); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if err := f.Close(); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp, gz); err != nil {
+	if err := storeCompressed(gz, data); err != nil {
 		return nil, err
 	}
 	return tarball.LayerFromFile(gz)

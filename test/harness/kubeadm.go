@@ -147,7 +147,7 @@ func (c *Config) pushControlPlaneImages(ctx context.Context, bin string) error {
 			}
 			continue
 		}
-		layer, err := controlPlaneLayer(ctx, bin, binary)
+		layer, err := c.controlPlaneLayer(ctx, bin, binary)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", ref, err)
 		}
@@ -164,7 +164,7 @@ func (c *Config) pushControlPlaneImages(ctx context.Context, bin string) error {
 
 // controlPlaneLayer holds binary at /usr/local/bin, and /tmp. kube-proxy's has this
 // machine's iptables too (nf_tables, as upstream's image picks where the host uses it).
-func controlPlaneLayer(ctx context.Context, bin, binary string) (v1.Layer, error) {
+func (c *Config) controlPlaneLayer(ctx context.Context, bin, binary string) (v1.Layer, error) {
 	data, err := os.ReadFile(filepath.Join(bin, binary))
 	if err != nil {
 		return nil, err
@@ -199,7 +199,7 @@ func controlPlaneLayer(ctx context.Context, bin, binary string) (v1.Layer, error
 		files = append(files, tarFile{name: "etc/protocols", mode: 0o644, data: protocols})
 	}
 	tmp := tarFile{name: "tmp", mode: 0o1777, dir: true}
-	return layerOf(append(append([]tarFile{tmp}, parentDirs(files)...), files...))
+	return c.layerOf(append(append([]tarFile{tmp}, parentDirs(files)...), files...))
 }
 
 // installNodeFiles makes what an operator installs on each node: the binaries in
