@@ -170,6 +170,21 @@ func writeElseTable(w io.Writer, sides map[string]sideResult) {
 	}
 }
 
+// largestFirst lists m's keys by value, largest first, then by name.
+func largestFirst(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}
+
 // elseRows orders the table's rows: the elseTableRows processes largest on any side,
 // largest first, then elseOthers (the rest summed into each side's med) and
 // elseUnattributed.
@@ -182,16 +197,7 @@ func elseRows(med map[string]map[string]float64) []string {
 			}
 		}
 	}
-	var rows []string
-	for row := range peak {
-		rows = append(rows, row)
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		if peak[rows[i]] != peak[rows[j]] {
-			return peak[rows[i]] > peak[rows[j]]
-		}
-		return rows[i] < rows[j]
-	})
+	rows := largestFirst(peak)
 	if len(rows) > elseTableRows {
 		for _, byRow := range med {
 			for _, row := range rows[elseTableRows:] {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 
@@ -149,16 +148,7 @@ func writeCallsTable(w io.Writer, title string, rounds map[string][]map[string]f
 	if len(names) == 0 {
 		return
 	}
-	methods := make([]string, 0, len(peak))
-	for m := range peak {
-		methods = append(methods, m)
-	}
-	sort.Slice(methods, func(i, j int) bool {
-		if peak[methods[i]] != peak[methods[j]] {
-			return peak[methods[i]] > peak[methods[j]]
-		}
-		return methods[i] < methods[j]
-	})
+	methods := largestFirst(peak)
 	fmt.Fprintf(w, "\n%s\n\n", title)
 	fmt.Fprintln(w, "| method | "+strings.Join(names, " | ")+" |")
 	fmt.Fprintln(w, "|---"+strings.Repeat("|---", len(names))+"|")
