@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -78,10 +77,8 @@ type cpuSplit struct {
 
 // sampleCPU reads the machine's busy time and the CPU time of the components' daemons
 // found in pids (the harness's live daemons by name, harness.Config.Pids); a daemon that
-// is not there or cannot be read (gone) is left out. With runtimeMetrics (containerd's
-// metrics URL) it reads the runtime's CRI calls too; failing that, said on stderr, the
-// sample goes without them.
-func sampleCPU(pids map[string]int, runtimeMetrics string) (cpuSample, error) {
+// is not there or cannot be read (gone) is left out.
+func sampleCPU(pids map[string]int) (cpuSample, error) {
 	s := cpuSample{at: time.Now(), procs: map[string]float64{}}
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -104,13 +101,6 @@ func sampleCPU(pids map[string]int, runtimeMetrics string) (cpuSample, error) {
 		}
 	}
 	s.all = readProcs("/proc", daemons)
-	if runtimeMetrics != "" {
-		calls, err := readRuntimeCalls(context.Background(), runtimeMetrics)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-		}
-		s.calls = calls
-	}
 	return s, nil
 }
 

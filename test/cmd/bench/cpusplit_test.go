@@ -170,11 +170,11 @@ func TestSampleCPU(t *testing.T) {
 		t.Skip("no /proc/stat:", err)
 	}
 	pids := map[string]int{"agent": os.Getpid(), "containerd": 1 << 30, "registry": os.Getpid()}
-	from, err := sampleCPU(pids, "")
+	from, err := sampleCPU(pids)
 	if err != nil {
 		t.Fatal(err)
 	}
-	to, err := sampleCPU(pids, "")
+	to, err := sampleCPU(pids)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 			return err
 		}
 		pids := cfg.Pids()
-		res, err := floorRound(ctx, rt, cfg.RunDir, o.n, func() (cpuSample, error) { return sampleCPU(pids, runtimeMetricsURL(cfg)) })
+		res, err := floorRound(ctx, rt, cfg.RunDir, o.n, sampler(ctx, cfg, pids))
 		if err != nil {
 			return err
 		}
@@ -258,7 +258,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 		profiled <- nil
 	}
 	w := workload{n: o.n, probe: o.probe, pvc: o.pvc, rootDir: cfg.AgentRootDir(), timelines: side == harness.AgentNodeagent,
-		sample: func() (cpuSample, error) { return sampleCPU(pids, runtimeMetricsURL(cfg)) }}
+		sample: sampler(ctx, cfg, pids)}
 	// What the hold with the pods running measures, kept until the round has ended well.
 	var held struct {
 		rss, anon, cpu float64
@@ -351,6 +351,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-time.After(d):
 		return nil
+	}
+}
+
+// sampler reads the machine's CPU counters (sampleCPU) and the runtime's CRI calls.
+func sampler(ctx context.Context, cfg *harness.Config, pids map[string]int) func() (cpuSample, error) {
+	return func() (cpuSample, error) {
+		s, err := sampleCPU(pids)
+		s.calls = runtimeCalls(ctx, cfg)
+		return s, err
 	}
 }
 
