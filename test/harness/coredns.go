@@ -32,12 +32,12 @@ const (
 	coreDNSUser = "65532:65532"
 )
 
-// coreDNSBinary is built with csi-provisioner's versions of the modules both use (its
-// client-go one minor newer than CoreDNS's own): modalign.go; and without the plugins of
+// coreDNSBinary is built with the upstream build's versions of the modules both use (its
+// client-go a minor newer than CoreDNS's own): modalign.go; and without the plugins of
 // coreDNSLeftOut.
 var coreDNSBinary = moduleBinary{name: "coredns", module: "github.com/coredns/coredns",
 	version: CoreDNSVersion, pkg: ".", ldflags: "-X github.com/coredns/coredns/coremain.GitCommit=" + CoreDNSVersion,
-	alignWith: &csiProvisionerBinary, prepare: leaveOutCoreDNSPlugins}
+	alignUpstream: true, prepare: leaveOutCoreDNSPlugins}
 
 // coreDNSLeftOut are the plugins the harness's CoreDNS is built without: the cloud DNS
 // providers (azure, clouddns, route53: the AWS, Azure and Google SDKs), etcd, tracing,

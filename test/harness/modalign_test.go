@@ -25,7 +25,7 @@ github.com/only/there v1.0.0
 	if base["k8s.io/api"] != "v0.37.1" {
 		t.Errorf("a replaced module's selected version = %q, want its replacement's v0.37.1", base["k8s.io/api"])
 	}
-	got := alignEdits(mods, base)
+	got := alignEdits(mods, base, false)
 	want := []string{
 		"-replace=k8s.io/client-go=k8s.io/client-go@v0.37.1", // replaced: replaced by base's version
 		"-require=google.golang.org/grpc@v1.82.1",            // older here: raised
@@ -35,5 +35,16 @@ github.com/only/there v1.0.0
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("alignEdits =\n%q\nwant\n%q", got, want)
+	}
+	// Exact: every module of both lists at base's version, newer ones here brought down.
+	got = alignEdits(mods, base, true)
+	want = []string{
+		"-replace=golang.org/x/net=golang.org/x/net@v0.55.0",
+		"-replace=google.golang.org/grpc=google.golang.org/grpc@v1.82.1",
+		"-replace=k8s.io/api=k8s.io/api@v0.37.1",
+		"-replace=k8s.io/client-go=k8s.io/client-go@v0.37.1",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("alignEdits exact =\n%q\nwant\n%q", got, want)
 	}
 }

@@ -17,9 +17,10 @@ type moduleBinary struct {
 	version string
 	pkg     string // the main package inside the module, e.g. ./cmd/csi-sanity
 	ldflags string // besides -s -w
-	// alignWith, when set, is a module whose versions of the modules both use this one is
-	// built with (modalign.go): built after it, it finds those packages in the build cache.
-	alignWith *moduleBinary
+	// alignUpstream builds it with the upstream tools module's versions of the modules both
+	// use, and with its flags (modalign.go): built after it, it finds those packages in
+	// the build cache.
+	alignUpstream bool
 	// modEdit, when set, are `go mod edit` arguments applied to the copy before the build:
 	// for a module whose go.mod replaces a module by a directory its zip does not hold.
 	modEdit []string
@@ -80,9 +81,11 @@ func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (_ stri
 			return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
 		}
 	}
-	if b.alignWith != nil {
-		p.setPhase("aligning its dependencies with " + b.alignWith.name + "'s")
-		if err := alignModule(ctx, src, b); err != nil {
+	flags := []string{"-mod=mod", "-trimpath"}
+	if b.alignUpstream {
+		p.setPhase("aligning its dependencies with the upstream build's")
+		flags = []string{"-mod=mod"} // -trimpath is part of each package's build ID
+		if err := c.alignWithUpstream(ctx, src); err != nil {
 			return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
 		}
 	}
@@ -94,7 +97,6 @@ func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (_ stri
 	}
 	ld := strings.TrimSpace("-s -w " + b.ldflags)
 	env := []string{"CGO_ENABLED=0"}
-	flags := []string{"-mod=mod", "-trimpath"}
 	p.setPhase("downloading its dependencies")
 	p.expect(packagesToCompile(ctx, src, env, flags, b.pkg))
 	p.setPhase("")

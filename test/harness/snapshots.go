@@ -37,19 +37,19 @@ const (
 var snapshotterModEdit = []string{"-dropreplace", snapshotClientModule, "-require", snapshotClientModule + "@" + CSISnapshotterVersion}
 
 // snapshotBinaries are built one after the other, like csiSidecars, and only for the
-// clusters that install snapshots; after csi-provisioner and with its versions of what they
-// share (modalign.go), so that they find most of their packages compiled.
+// clusters that install snapshots; with the upstream build's versions of what they share
+// (modalign.go), so that they find most of their packages compiled.
 var snapshotBinaries = []struct {
 	bin       moduleBinary
 	imagePath string
 }{
 	{moduleBinary{name: "csi-snapshotter", module: snapshotterModule, version: CSISnapshotterVersion,
 		pkg: "./cmd/csi-snapshotter", ldflags: "-X main.version=" + CSISnapshotterVersion, modEdit: snapshotterModEdit,
-		alignWith: &csiProvisionerBinary},
+		alignUpstream: true},
 		csiSnapshotterPath},
 	{moduleBinary{name: "snapshot-controller", module: snapshotterModule, version: CSISnapshotterVersion,
 		pkg: "./cmd/snapshot-controller", ldflags: "-X main.version=" + CSISnapshotterVersion, modEdit: snapshotterModEdit,
-		alignWith: &csiProvisionerBinary},
+		alignUpstream: true},
 		snapshotControllerPath},
 }
 
