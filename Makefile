@@ -39,7 +39,7 @@ upstream:
 	@$(HARNESS) build
 
 # The conformance smoke run needs the upstream e2e.test (about 4 minutes of a cold build)
-# and external-snapshotter (about a minute, after the e2e suite's csi-provisioner):
+# and external-snapshotter (under a minute, after the upstream build):
 # make test builds them in the background, at the lowest priority, while the suites after
 # the lifecycle suite mostly wait (the lifecycle suite's memory-pressure test must not
 # share the machine with a linker); the smoke run waits for that build if it is still on.

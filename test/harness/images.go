@@ -372,8 +372,8 @@ func (c *Config) pushImages(ctx context.Context, upstreamBin string) error {
 	for path, img := range csi {
 		pushes[path] = img
 	}
-	// The sidecars before CoreDNS: it is built with csi-provisioner's versions of what they
-	// share, and finds them compiled.
+	// The sidecars before CoreDNS (both built with the upstream build's versions of what
+	// they share with it: modalign.go).
 	if c.CSIHostpath {
 		sidecars, err := c.csiSidecarImages(ctx)
 		if err != nil {

@@ -118,8 +118,8 @@ func run(ctx context.Context, cmd string) error {
 }
 
 // buildSmoke builds what the conformance smoke run builds (make test's background build):
-// its snapshot spec's csi-snapshotter and snapshot-controller, after csi-provisioner (the
-// e2e suite's) whose compiled packages they share, and e2e.test; and prints where the suite
+// its snapshot spec's csi-snapshotter and snapshot-controller (after the upstream build,
+// whose compiled packages they share), and e2e.test; and prints where the suite
 // is. Not busybox: the smoke's images keep Debian's (conformance.Options.DistroBusybox).
 func buildSmoke(ctx context.Context, cfg *harness.Config, start time.Time) error {
 	if _, err := cfg.EnsureSnapshotter(ctx); err != nil {
