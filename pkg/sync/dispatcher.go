@@ -104,6 +104,10 @@ type Config struct {
 	// all pods: 1 for serializeImagePulls, else maxParallelImagePulls;
 	// zero means no limit.
 	MaxParallelImagePulls int
+	// MaxParallelSandboxes is how many RunPodSandbox calls run at once
+	// across all pods; zero means the default, sandboxesPerCPU per CPU,
+	// negative no limit.
+	MaxParallelSandboxes int
 	// MaxRestartBackoff caps the crash-loop back-off
 	// (crashLoopBackOff.maxContainerRestartPeriod); zero means 5 min.
 	MaxRestartBackoff time.Duration
@@ -236,7 +240,8 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 			runtime: cfg.Runtime, images: cfg.Images, cache: cfg.Cache, relister: cfg.Relister,
 			status: cfg.Status, events: cfg.Recorder, secrets: cfg.Secrets, volumes: cfg.Volumes,
 			env: cfg.Env, allocatable: cfg.Allocatable, cgroups: cfg.Cgroups, probes: cfg.Probes,
-			hooks: cfg.Hooks, clock: cfg.Clock, metrics: cfg.Metrics, pulls: newPullSlots(cfg.MaxParallelImagePulls),
+			hooks: cfg.Hooks, clock: cfg.Clock, metrics: cfg.Metrics, pulls: newSlots(cfg.MaxParallelImagePulls),
+			sandboxes:      newSlots(maxParallelSandboxes(cfg.MaxParallelSandboxes)),
 			pullRecords:    cfg.PullRecords,
 			runtimeClasses: cfg.RuntimeClasses, userns: cfg.UserNamespaces, alloc: cfg.Allocations, resizes: newResizeConditions(),
 			timeline: cfg.Timeline, tracer: cfg.Tracer,

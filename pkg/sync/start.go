@@ -218,6 +218,13 @@ func (p *pass) run(ctx context.Context) {
 			if err != nil {
 				return err
 			}
+			// A turn among the sandboxes being created (sandboxesPerCPU): the
+			// wait is part of the step.
+			release, err := w.deps.sandboxes.slot(ctx)
+			if err != nil {
+				return err
+			}
+			defer release()
 			p.changed = true
 			id, err := w.deps.runtime.RunPodSandbox(ctx, sandboxCfg, handler)
 			sandboxID = id
