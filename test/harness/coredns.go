@@ -37,7 +37,7 @@ const (
 // coreDNSLeftOut.
 var coreDNSBinary = moduleBinary{name: "coredns", module: "github.com/coredns/coredns",
 	version: CoreDNSVersion, pkg: ".", ldflags: "-X github.com/coredns/coredns/coremain.GitCommit=" + CoreDNSVersion,
-	alignUpstream: true, prepare: leaveOutCoreDNSPlugins}
+	prepare: leaveOutCoreDNSPlugins}
 
 // coreDNSLeftOut are the plugins the harness's CoreDNS is built without: the cloud DNS
 // providers (azure, clouddns, route53: the AWS, Azure and Google SDKs), etcd, tracing,

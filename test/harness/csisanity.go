@@ -11,6 +11,6 @@ const CSISanityVersion = "v5.6.0"
 func (c *Config) EnsureCSISanity(ctx context.Context) (string, error) {
 	return c.ensureModuleBinary(ctx, moduleBinary{
 		name: "csi-sanity", module: "github.com/kubernetes-csi/csi-test/v5", version: CSISanityVersion,
-		pkg: "./cmd/csi-sanity", ldflags: "-X main.VERSION=" + CSISanityVersion, alignUpstream: true,
+		pkg: "./cmd/csi-sanity", ldflags: "-X main.VERSION=" + CSISanityVersion,
 	})
 }

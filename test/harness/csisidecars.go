@@ -31,7 +31,7 @@ const (
 // binaries, are built with the upstream build's versions of what they share (modalign.go).
 var csiProvisionerBinary = moduleBinary{name: "csi-provisioner", module: "github.com/kubernetes-csi/external-provisioner/v6",
 	version: CSIProvisionerVersion, pkg: "./cmd/csi-provisioner", ldflags: "-X main.version=" + CSIProvisionerVersion,
-	alignUpstream: true, prepare: nameCapacityInformerType}
+	prepare: nameCapacityInformerType}
 
 // nameCapacityInformerType lets csi-provisioner's main compile against the upstream build's
 // client-go (a minor newer than its own), which changes nothing it does: there, the
@@ -72,8 +72,7 @@ var csiSidecars = []struct {
 }{
 	{csiProvisionerBinary, csiProvisionerPath},
 	{moduleBinary{name: "csi-attacher", module: "github.com/kubernetes-csi/external-attacher/v4",
-		version: CSIAttacherVersion, pkg: "./cmd/csi-attacher", ldflags: "-X main.version=" + CSIAttacherVersion,
-		alignUpstream: true},
+		version: CSIAttacherVersion, pkg: "./cmd/csi-attacher", ldflags: "-X main.version=" + CSIAttacherVersion},
 		csiAttacherPath},
 }
 

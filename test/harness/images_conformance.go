@@ -139,7 +139,7 @@ func sampleAPIServerBuilder(ctx context.Context, b *baseImages, _ string) (v1.Im
 		return nil, "", "", errNotThisRun
 	}
 	version := "v0." + strings.TrimPrefix(b.kubeVersion, "v1.")
-	bin, err := b.cfg.ensureModuleBinary(ctx, moduleBinary{name: "sample-apiserver", module: "k8s.io/sample-apiserver", version: version, pkg: ".", alignUpstream: true})
+	bin, err := b.cfg.ensureModuleBinary(ctx, moduleBinary{name: "sample-apiserver", module: "k8s.io/sample-apiserver", version: version, pkg: "."})
 	if err != nil {
 		return nil, "", "", err
 	}

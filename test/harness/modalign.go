@@ -106,7 +106,11 @@ func alignEdits(mods []moduleVersion, base buildList, exact bool) []string {
 		case m.replaced && m.replacedVersion == "":
 			// replaced by a directory: the module's own code, left alone
 		case m.replaced || exact:
-			if (m.replaced && m.replacedVersion != want) || (!m.replaced && m.version != want) {
+			current := m.version
+			if m.replaced {
+				current = m.replacedVersion
+			}
+			if current != want {
 				edits = append(edits, "-replace="+m.path+"="+m.path+"@"+want)
 			}
 		case semver.Compare(want, m.version) > 0:

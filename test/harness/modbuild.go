@@ -17,10 +17,6 @@ type moduleBinary struct {
 	version string
 	pkg     string // the main package inside the module, e.g. ./cmd/csi-sanity
 	ldflags string // besides -s -w
-	// alignUpstream builds it with the upstream tools module's versions of the modules both
-	// use, and with its flags (modalign.go): built after it, it finds those packages in
-	// the build cache.
-	alignUpstream bool
 	// modEdit, when set, are `go mod edit` arguments applied to the copy before the build:
 	// for a module whose go.mod replaces a module by a directory its zip does not hold.
 	modEdit []string
@@ -81,14 +77,14 @@ func (c *Config) ensureModuleBinary(ctx context.Context, b moduleBinary) (_ stri
 			return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
 		}
 	}
-	flags := []string{"-mod=mod", "-trimpath"}
-	if b.alignUpstream {
-		p.setPhase("aligning its dependencies with the upstream build's")
-		flags = []string{"-mod=mod"} // -trimpath is part of each package's build ID
-		if err := c.alignWithUpstream(ctx, src); err != nil {
-			return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
-		}
+	// With the upstream build's versions of the modules both use, and its flags (no
+	// -trimpath: it is part of each package's build ID), so that the packages they share
+	// are found compiled (modalign.go).
+	p.setPhase("aligning its dependencies with the upstream build's")
+	if err := c.alignWithUpstream(ctx, src); err != nil {
+		return "", fmt.Errorf("build %s %s: %w", b.name, b.version, err)
 	}
+	flags := []string{"-mod=mod"}
 	// Into a temporary directory first: a build cut short never leaves a bin dir that
 	// looks complete.
 	tmp := bin + ".tmp"

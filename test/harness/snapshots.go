@@ -44,12 +44,10 @@ var snapshotBinaries = []struct {
 	imagePath string
 }{
 	{moduleBinary{name: "csi-snapshotter", module: snapshotterModule, version: CSISnapshotterVersion,
-		pkg: "./cmd/csi-snapshotter", ldflags: "-X main.version=" + CSISnapshotterVersion, modEdit: snapshotterModEdit,
-		alignUpstream: true},
+		pkg: "./cmd/csi-snapshotter", ldflags: "-X main.version=" + CSISnapshotterVersion, modEdit: snapshotterModEdit},
 		csiSnapshotterPath},
 	{moduleBinary{name: "snapshot-controller", module: snapshotterModule, version: CSISnapshotterVersion,
-		pkg: "./cmd/snapshot-controller", ldflags: "-X main.version=" + CSISnapshotterVersion, modEdit: snapshotterModEdit,
-		alignUpstream: true},
+		pkg: "./cmd/snapshot-controller", ldflags: "-X main.version=" + CSISnapshotterVersion, modEdit: snapshotterModEdit},
 		snapshotControllerPath},
 }
 
