@@ -8,6 +8,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	agentruntime "github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/timeline"
 	"github.com/nodeagent/nodeagent/test/harness"
 )
@@ -30,6 +31,15 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 	errs := make(chan error, n)
 	endCPU := cpuSpan(sample)
 	begin := time.Now()
+	// The same security both agents ask for the bench pod: the sandbox under the runtime's
+	// default seccomp profile (both force it), the container with the kubelet's masked and
+	// read-only paths. Without them the floor's pause processes and containers start with
+	// less work than either agent's (no seccomp filter to load in the sandbox).
+	pod := benchPod(0, harness.BusyboxImage, false)
+	csc, err := agentruntime.ContainerSecurity(pod, &pod.Spec.Containers[0], agentruntime.SecurityOptions{}, agentruntime.ImageUser{})
+	if err != nil {
+		return res, fmt.Errorf("the bench container's security context: %w", err)
+	}
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -42,7 +52,13 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 				Hostname:     name,
 				LogDirectory: fmt.Sprintf("%s/bench-logs/%s", runDir, name),
 				Labels:       map[string]string{"io.kubernetes.pod.namespace": benchNamespace},
-				Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: harness.CgroupRoot + "/bench-floor/" + name},
+				Linux: &runtimeapi.LinuxPodSandboxConfig{
+					CgroupParent: harness.CgroupRoot + "/bench-floor/" + name,
+					SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+						NamespaceOptions: csc.NamespaceOptions,
+						Seccomp:          &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
+					},
+				},
 			}
 			p := &pods[i]
 			p.created = t0
@@ -63,6 +79,7 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 						Image:    &runtimeapi.ImageSpec{Image: harness.BusyboxImage},
 						Command:  []string{"sh", "-c", "trap 'exit 0' TERM; sleep 100000 & wait"},
 						LogPath:  "sleep.log",
+						Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: csc},
 					},
 				})
 			})
