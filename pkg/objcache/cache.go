@@ -36,6 +36,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,6 +86,15 @@ type Cache struct {
 	objects map[objectKey]*watchedObject
 	pods    map[types.UID]map[objectKey]struct{}
 	wg      sync.WaitGroup // the watches' goroutines
+
+	// fetches shares one GET among the reads of an object made while it
+	// is under way: a hundred pods started at once all read their
+	// namespace's kube-root-ca.crt in the same second, before its new
+	// watch has listed.
+	fetches singleflight.Group
+	// fetchJoined, when set (by tests), is called by each read once it
+	// waits on a GET.
+	fetchJoined func()
 }
 
 // watchedObject is one referenced object and its watch.
@@ -343,13 +353,37 @@ func (c *Cache) settle(ctx context.Context, key objectKey, obj *watchedObject) {
 	klog.FromContext(ctx).V(4).Info("Stopped watching an immutable object", key.kind.String(), klog.KRef(key.namespace, key.name))
 }
 
-// fetch reads the object from the apiserver.
+// fetchTimeout bounds a shared GET, which no single reader's context ends.
+const fetchTimeout = time.Minute
+
+// fetch reads the object from the apiserver, in one GET shared with the
+// reads of the same object made while it is under way.
 func (c *Cache) fetch(ctx context.Context, key objectKey) (runtime.Object, error) {
-	o, err := c.kinds[key.kind].get(ctx, key.namespace, key.name)
-	if apierrors.IsNotFound(err) {
-		return nil, notFound(key)
+	ch := c.fetches.DoChan(key.kind.String()+"/"+key.namespace+"/"+key.name, func() (any, error) {
+		// Not the first reader's context: its end must not fail the others.
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
+		defer cancel()
+		return c.kinds[key.kind].get(gctx, key.namespace, key.name)
+	})
+	if c.fetchJoined != nil {
+		c.fetchJoined()
 	}
-	return o, err
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s %s/%s: %w", key.kind, key.namespace, key.name, ctx.Err())
+	case r := <-ch:
+		if apierrors.IsNotFound(r.Err) {
+			return nil, notFound(key)
+		}
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		o := r.Val.(runtime.Object)
+		if r.Shared {
+			o = o.DeepCopyObject()
+		}
+		return o, nil
+	}
 }
 
 // notFound is the error of a missing object, worded as the kubelet's

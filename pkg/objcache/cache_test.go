@@ -384,6 +384,47 @@ func TestReadsBeforeTheWatchListedAreGETs(t *testing.T) {
 	})
 }
 
+func TestReadsAtOnceShareOneGET(t *testing.T) {
+	f := newFixture(t, configMap("cm", "v"))
+	f.cache.syncWait = 10 * time.Millisecond
+	f.cache.Register(podWith("uid-1", []string{"cm"}, nil)) // never listed: no Run
+	release := make(chan struct{})
+	f.client.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil // on to the fake's tracker
+	})
+	const readers = 20
+	var joined sync.WaitGroup
+	joined.Add(readers)
+	f.cache.fetchJoined = joined.Done
+	got := make(chan *v1.ConfigMap, readers)
+	for range readers {
+		go func() {
+			cm, err := f.cache.GetConfigMap(t.Context(), "ns", "cm")
+			if err != nil {
+				t.Errorf("GetConfigMap: %v", err)
+			}
+			got <- cm
+		}()
+	}
+	joined.Wait() // every read waits on a GET: the one in flight
+	close(release)
+	seen := map[*v1.ConfigMap]bool{}
+	for range readers {
+		cm := <-got
+		if cm == nil || cm.Data["k"] != "v" {
+			t.Fatalf("read %v", cm)
+		}
+		if seen[cm] {
+			t.Fatal("two readers were given the same object")
+		}
+		seen[cm] = true
+	}
+	if n := f.count("get", "configmaps"); n != 1 {
+		t.Errorf("%d GETs for %d reads at once, want 1", n, readers)
+	}
+}
+
 func TestReadGivesUpWithItsContext(t *testing.T) {
 	f := newFixture(t, configMap("cm", "v"))
 	f.cache.Register(podWith("uid-1", []string{"cm"}, nil)) // never listed: no Run
