@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 
@@ -14,9 +15,10 @@ import (
 )
 
 // A status write merges with the watch's copy of the pod when that copy
-// holds the agent's last write, and GETs the pod when the watch lags
-// behind it: merging with a copy older than its own write would leave the
-// apiserver's container state half old, half new.
+// holds the agent's last write, with what its last write returned when the
+// watch lags behind it (merging with a copy older than its own write would
+// leave the apiserver's container state half old, half new), and GETs the
+// pod when neither will do.
 func TestManagerMergesWithCachedPodUnlessItLags(t *testing.T) {
 	p := pod(v1.RestartPolicyAlways)
 	client := fake.NewClientset(p)
@@ -74,18 +76,41 @@ func TestManagerMergesWithCachedPodUnlessItLags(t *testing.T) {
 		t.Fatalf("%d GETs with the watch up to date, want 0", n)
 	}
 
-	// The watch still holds the first write when the third comes.
+	// The watch still holds the first write when the third comes: the
+	// third merges with what the second returned.
 	watched = written
 	write(v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}})
-	if n := gets(); n != 1 {
-		t.Fatalf("%d GETs with the watch behind the agent's last write, want 1", n)
+	if n := gets(); n != 0 {
+		t.Fatalf("%d GETs with the watch behind the agent's last write, want 0", n)
 	}
 	st := stored().Status.ContainerStatuses[0].State
 	if st.Running == nil || st.Waiting != nil {
 		t.Errorf("container state in the apiserver %+v, want running alone", st)
 	}
 
-	// A copy that is not of this pod (deleted and created again) is not merged with.
+	// A failed write drops what the last one returned: the next reads the pod.
+	failing := true
+	client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if failing {
+			failing = false
+			return true, nil, errors.New("apiserver away")
+		}
+		return false, nil, nil
+	})
+	m.Set(p, v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{Name: "c", Image: "busybox", Ready: true,
+		State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}}}})
+	if err := m.write(ctx, m.pods[p.UID], m.pods[p.UID].status, false); err == nil {
+		t.Fatal("write with the apiserver away succeeded")
+	}
+	if err := m.write(ctx, m.pods[p.UID], m.pods[p.UID].status, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := gets(); n != 1 {
+		t.Fatalf("%d GETs after a failed write with the watch behind, want 1", n)
+	}
+
+	// A copy that is not of this pod (deleted and created again) is not
+	// merged with, nor is what the last write returned.
 	watched = stored().DeepCopy()
 	watched.UID = "another"
 	write(v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1}})

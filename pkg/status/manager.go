@@ -75,6 +75,11 @@ type entry struct {
 	// status patch returned: a cached pod older than that does not have
 	// the agent's own last write and is not merged with.
 	writtenVersion string
+	// writtenPod is the pod that patch returned (its identity and status),
+	// kept while the watch's copy is older: the next write merges with it instead of reading the
+	// pod again (two writes in a row, the second before the watch has
+	// delivered the first, are the rule while many pods start).
+	writtenPod *v1.Pod
 }
 
 // NewManager builds a Manager.
@@ -300,6 +305,9 @@ func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool
 	if string(patch) != "{}" {
 		written, err := pods.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		if err != nil {
+			m.mu.Lock()
+			e.writtenPod = nil // the next try reads the pod afresh
+			m.mu.Unlock()
 			if e.mirrorHash != "" && (apierrors.IsNotFound(err) || apierrors.IsConflict(err)) {
 				return errNoMirror // the mirror pod was replaced meanwhile
 			}
@@ -311,6 +319,10 @@ func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool
 		}
 		m.mu.Lock()
 		e.writtenVersion = written.ResourceVersion
+		if e.mirrorHash == "" {
+			// What a merge reads of it: the identity and the status.
+			e.writtenPod = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: written.UID, ResourceVersion: written.ResourceVersion}, Status: written.Status}
+		}
 		m.mu.Unlock()
 		klog.FromContext(ctx).V(3).Info("Wrote pod status", "pod", klog.KRef(ns, name), "phase", merged.Phase)
 	}
@@ -328,16 +340,31 @@ func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool
 
 // current is the pod a status write merges with: the watch's copy when it
 // is of the same pod and holds the agent's last write of it (its
-// resourceVersion not older than the one that write returned), else the
-// apiserver's. A static pod's mirror pod is always read from the
-// apiserver. The watch's copy is shared and must not be modified.
+// resourceVersion not older than the one that write returned), else (the
+// watch's copy of the same pod, only older) what that write returned, else
+// the apiserver's. A static pod's mirror pod is
+// always read from the apiserver. The watch's copy and the written pod
+// are shared and must not be modified.
 func (m *Manager) current(ctx context.Context, e *entry) (*v1.Pod, error) {
 	if m.cfg.Cached != nil && e.mirrorHash == "" {
 		m.mu.Lock()
-		written := e.writtenVersion
+		written, writtenPod := e.writtenVersion, e.writtenPod
 		m.mu.Unlock()
-		if pod, ok := m.cfg.Cached(e.namespace, e.name); ok && pod.UID == e.uid && notOlder(pod.ResourceVersion, written) {
-			return pod, nil
+		pod, ok := m.cfg.Cached(e.namespace, e.name)
+		if ok && pod.UID == e.uid {
+			if notOlder(pod.ResourceVersion, written) {
+				if writtenPod != nil {
+					m.mu.Lock()
+					if e.writtenPod == writtenPod {
+						e.writtenPod = nil // the watch has caught up
+					}
+					m.mu.Unlock()
+				}
+				return pod, nil
+			}
+			if writtenPod != nil {
+				return writtenPod, nil
+			}
 		}
 	}
 	return m.cfg.Client.CoreV1().Pods(e.namespace).Get(ctx, e.name, metav1.GetOptions{})

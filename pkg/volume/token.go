@@ -18,8 +18,12 @@ import (
 // forbiddenRetries are the waits before asking again for a pod's first
 // token when the apiserver refused it (Forbidden): the Node authorizer
 // learns that a pod is bound here from its own watch, which may be a
-// moment behind the agent's, and refuses the token until it has.
-var forbiddenRetries = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
+// moment behind the agent's, and refuses the token until it has. While
+// 100 pods start at once on two cores that moment is often a few hundred
+// milliseconds: waits from 50 ms sent 1.2 to 1.5 token requests a pod (the
+// apiserver's audit: "no relationship found between node and this
+// object"), so the first wait is a quarter of a second.
+var forbiddenRetries = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 
 const (
 	defaultTokenExpiration int64 = 3600
