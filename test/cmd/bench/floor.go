@@ -14,8 +14,10 @@ import (
 )
 
 // floorRound creates n sandboxes, each with one busybox container, straight through CRI
-// with all n in flight at once (as an agent's per-pod workers would), then removes them:
-// what the runtime alone needs, with no agent and no apiserver in the way. Each call is
+// with all n in flight at once (as an agent's per-pod workers would), then deletes them
+// as both agents delete a pod (the container stopped with the pod's grace period, then
+// the sandbox stopped, the container and the sandbox removed), all n at once: what the
+// runtime alone needs, with no agent and no apiserver in the way. Each call is
 // timed as the agent's timeline times its step (RunPodSandbox as sandbox, CreateContainer
 // and StartContainer as createContainer:sleep and startContainer:sleep) for the round's
 // breakdown. The image is present and the floor asks nothing about it (containerd resolves
@@ -27,6 +29,7 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 	sandboxReady := make([]float64, n)
 	started := make([]float64, n)
 	ids := make([]string, n)
+	containers := make([]string, n)
 	pods := make([]podStart, n)
 	errs := make(chan error, n)
 	endCPU := cpuSpan(sample)
@@ -87,6 +90,7 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 				errs <- fmt.Errorf("create container: %w", err)
 				return
 			}
+			containers[i] = c.ContainerId
 			if _, err := timedCall(p, "startContainer:sleep", time.Now(), func() (*runtimeapi.StartContainerResponse, error) {
 				return rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId})
 			}); err != nil {
@@ -111,14 +115,20 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 	res.Steps = breakdown(pods)
 	delStart := time.Now()
 	var dwg sync.WaitGroup
-	for _, id := range ids {
+	for i, id := range ids {
 		if id == "" {
 			continue
 		}
 		dwg.Add(1)
 		go func() {
 			defer dwg.Done()
+			if c := containers[i]; c != "" {
+				_, _ = rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: c, Timeout: floorGracePeriod})
+			}
 			_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+			if c := containers[i]; c != "" {
+				_, _ = rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c})
+			}
 			_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
 		}()
 	}
@@ -126,6 +136,10 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 	res.Deleted = time.Since(delStart).Seconds()
 	return res, firstErr
 }
+
+// floorGracePeriod is the bench pods' grace period (the default's 30 s): their shell exits
+// on SIGTERM, so the stop ends as soon as it has signalled.
+const floorGracePeriod = 30
 
 // timedCall makes one CRI call of a floor pod, begun at start, and records it in p's steps
 // as the agent's timeline would.
