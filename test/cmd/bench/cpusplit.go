@@ -219,7 +219,7 @@ type cpuRow struct {
 // order (those no side has left out), compElse, the machine's busy time and its capacity.
 // Each cell is the median over the side's rounds that have the row of the CPU seconds, and
 // of their share of the round's capacity.
-func cpuRows(sides map[string]sideResult, names []string) []cpuRow {
+func cpuRows(sides map[string]sideResult, names []string, of func(roundResult) *cpuSplit) []cpuRow {
 	var rows []string
 	for _, c := range cpuComponents {
 		rows = append(rows, c.name)
@@ -232,7 +232,7 @@ func cpuRows(sides map[string]sideResult, names []string) []cpuRow {
 		for _, name := range names {
 			var secs, shares []float64
 			for _, rr := range sides[name].Rounds {
-				s := rr.CPUStart
+				s := of(rr)
 				if s == nil || s.CapacitySeconds <= 0 {
 					continue
 				}
@@ -269,10 +269,19 @@ func splitRow(s *cpuSplit, row string) (seconds float64, ok bool) {
 // cpuSides are the sides of the CPU table, in the main table's order: those with a split
 // in any round.
 func cpuSides(sides map[string]sideResult) []string {
+	return sidesWith(sides, startSplit)
+}
+
+// startSplit and deleteSplit are a round's CPU splits of the start and of the deletion.
+func startSplit(r roundResult) *cpuSplit  { return r.CPUStart }
+func deleteSplit(r roundResult) *cpuSplit { return r.CPUDelete }
+
+// sidesWith are the sides with the split in any round, in the main table's order.
+func sidesWith(sides map[string]sideResult, of func(roundResult) *cpuSplit) []string {
 	var out []string
 	for _, name := range []string{"nodeagent", "kubelet", "floor"} {
 		for _, r := range sides[name].Rounds {
-			if r.CPUStart != nil {
+			if of(r) != nil {
 				out = append(out, name)
 				break
 			}
@@ -285,12 +294,22 @@ func cpuSides(sides map[string]sideResult) []string {
 // started, by component and side, and how long the span was. Nothing when no round has a
 // split.
 func writeCPUTable(w io.Writer, sides map[string]sideResult) {
-	names := cpuSides(sides)
-	rows := cpuRows(sides, names)
+	writeSplitTable(w, sides, startSplit, "CPU while the pods start (first create → all N running; the floor: first CRI call → last container started), medians over rounds:")
+}
+
+// writeDeleteCPUTable is writeCPUTable for the deletion: from the delete request (the
+// floor: its first stop) until nothing of the pods is left.
+func writeDeleteCPUTable(w io.Writer, sides map[string]sideResult) {
+	writeSplitTable(w, sides, deleteSplit, "CPU while the pods are deleted (delete request → nothing left; the floor: first CRI stop → last sandbox removed), medians over rounds:")
+}
+
+func writeSplitTable(w io.Writer, sides map[string]sideResult, of func(roundResult) *cpuSplit, title string) {
+	names := sidesWith(sides, of)
+	rows := cpuRows(sides, names, of)
 	if len(names) == 0 || len(rows) == 0 {
 		return
 	}
-	fmt.Fprint(w, "\nCPU while the pods start (first create → all N running; the floor: first CRI call → last container started), medians over rounds:\n\n")
+	fmt.Fprint(w, "\n"+title+"\n\n")
 	head, rule := "| component", "|---"
 	for _, name := range names {
 		head += fmt.Sprintf(" | %s CPU s / share of machine capacity", name)
@@ -319,8 +338,8 @@ func writeCPUTable(w io.Writer, sides map[string]sideResult) {
 		var wall []float64
 		cores := 0
 		for _, r := range sides[name].Rounds {
-			if r.CPUStart != nil {
-				wall, cores = append(wall, r.CPUStart.WallSeconds), r.CPUStart.Cores
+			if s := of(r); s != nil {
+				wall, cores = append(wall, s.WallSeconds), s.Cores
 			}
 		}
 		med, _, _, _ := summary(wall)

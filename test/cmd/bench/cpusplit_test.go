@@ -192,3 +192,40 @@ func TestSampleCPU(t *testing.T) {
 		t.Errorf("split %+v: the agent's CPU out of the machine's", s)
 	}
 }
+
+// The deletion's table reads the rounds' deletion splits alone: a side whose rounds have
+// only a start split is left out.
+func TestWriteDeleteCPUTable(t *testing.T) {
+	sides := splitSides()
+	for name, s := range sides {
+		if name == "kubelet" {
+			continue
+		}
+		for i := range s.Rounds {
+			s.Rounds[i].CPUDelete, s.Rounds[i].CPUStart = s.Rounds[i].CPUStart, nil
+		}
+		sides[name] = s
+	}
+	var b strings.Builder
+	writeDeleteCPUTable(&b, sides)
+	got := b.String()
+	t.Logf("\n%s", got)
+	for _, want := range []string{
+		"CPU while the pods are deleted (delete request → nothing left; the floor: first CRI stop → last sandbox removed), medians over rounds:",
+		"| component | nodeagent CPU s / share of machine capacity | floor CPU s / share of machine capacity |",
+		"| kube-apiserver | 5 / 20.8 % | 0.5 / 5 % |",
+		"nodeagent: the span lasted 12 s (median) on 2 cores.",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if strings.Contains(got, "kubelet CPU") {
+		t.Error("the kubelet, with no deletion split, has a column")
+	}
+	var start strings.Builder
+	writeCPUTable(&start, sides)
+	if strings.Contains(start.String(), "nodeagent CPU") {
+		t.Error("the start's table shows nodeagent's deletion split")
+	}
+}

@@ -113,6 +113,7 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 	res.SandboxReady, res.Started, res.Ready = dist(sandboxReady), dist(started), dist(started)
 	res.StartedSeconds = sorted(started)
 	res.Steps = breakdown(pods)
+	endDelCPU := cpuSpan(sample)
 	delStart := time.Now()
 	var dwg sync.WaitGroup
 	for i, id := range ids {
@@ -134,6 +135,7 @@ func floorRound(ctx context.Context, rt runtimeapi.RuntimeServiceClient, runDir 
 	}
 	dwg.Wait()
 	res.Deleted = time.Since(delStart).Seconds()
+	res.CPUDelete = endDelCPU()
 	return res, firstErr
 }
 

@@ -23,6 +23,7 @@ func reportPods(w io.Writer, cfg *harness.Config, o options, stamp string, pr po
 	writeTable(w, figuresFor(o.pvc), pr.Results)
 	writeStepTable(w, pr.Results)
 	writeCPUTable(w, pr.Results)
+	writeDeleteCPUTable(w, pr.Results)
 	writeElseTable(w, pr.Results)
 	writeRuntimeCallsTables(w, pr.Results, pr.Pods)
 	c := cdfChart(pr)

@@ -55,6 +55,9 @@ type roundResult struct {
 	// CPUStart is the machine's CPU by component from the first create request until all
 	// pods ran (the floor: from its first CRI call to its last container started).
 	CPUStart *cpuSplit `json:"cpuDuringStart,omitempty"`
+	// CPUDelete is the same split from the delete request until nothing of the pods is
+	// left (the floor: from its first stop to its last sandbox removed).
+	CPUDelete *cpuSplit `json:"cpuDuringDelete,omitempty"`
 }
 
 // workload is what a round creates.
@@ -209,6 +212,7 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 			return res, err
 		}
 	}
+	endDelCPU := cpuSpan(w.sample)
 	delStart := time.Now()
 	if err := cs.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		return res, fmt.Errorf("delete pods: %w", err)
@@ -224,6 +228,7 @@ func startupRound(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.Ru
 		return res, err
 	}
 	res.Deleted = time.Since(delStart).Seconds()
+	res.CPUDelete = endDelCPU()
 	if w.pvc {
 		if err := waitGone(ctx, func(ctx context.Context) (string, error) { return volumesLeft(ctx, cs, pvs) }); err != nil {
 			return res, err
