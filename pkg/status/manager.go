@@ -76,9 +76,10 @@ type entry struct {
 	// the agent's own last write and is not merged with.
 	writtenVersion string
 	// writtenPod is the pod that patch returned (its identity and status),
-	// kept while the watch's copy is older: the next write merges with it instead of reading the
-	// pod again (two writes in a row, the second before the watch has
-	// delivered the first, are the rule while many pods start).
+	// kept while the watch's copy is older: the next write merges with it
+	// instead of reading the pod again (two writes in a row, the second
+	// before the watch has delivered the first, are the rule while many
+	// pods start).
 	writtenPod *v1.Pod
 }
 
@@ -342,9 +343,9 @@ func (m *Manager) write(ctx context.Context, e *entry, st v1.PodStatus, del bool
 // is of the same pod and holds the agent's last write of it (its
 // resourceVersion not older than the one that write returned), else (the
 // watch's copy of the same pod, only older) what that write returned, else
-// the apiserver's. A static pod's mirror pod is
-// always read from the apiserver. The watch's copy and the written pod
-// are shared and must not be modified.
+// the apiserver's. A static pod's mirror pod is always read from the
+// apiserver. The watch's copy and the written pod are shared and must not
+// be modified.
 func (m *Manager) current(ctx context.Context, e *entry) (*v1.Pod, error) {
 	if m.cfg.Cached != nil && e.mirrorHash == "" {
 		m.mu.Lock()

@@ -303,6 +303,7 @@ func writeDeleteCPUTable(w io.Writer, sides map[string]sideResult) {
 	writeSplitTable(w, sides, deleteSplit, "CPU while the pods are deleted (delete request → nothing left; the floor: first CRI stop → last sandbox removed), medians over rounds:")
 }
 
+// writeSplitTable prints the table of one split (of) of the rounds under title.
 func writeSplitTable(w io.Writer, sides map[string]sideResult, of func(roundResult) *cpuSplit, title string) {
 	names := sidesWith(sides, of)
 	rows := cpuRows(sides, names, of)
