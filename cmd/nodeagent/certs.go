@@ -5,12 +5,12 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeagent/nodeagent/pkg/certs"
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // apiserverIdentity is how the agent authenticates to the apiserver: the
@@ -60,7 +60,7 @@ func newAPIServerIdentity(ctx context.Context, cfg *agentConfig) (*apiserverIden
 // kubelet-serving signer when serverTLSBootstrap is on, nil otherwise
 // (tlsCertFile or a self-signed one, which pkg/server loads itself), and
 // nil when enableServer is false: no node API, no certificate to request.
-func newServingCertificate(ctx context.Context, cfg *agentConfig, client kubernetes.Interface, addresses func() []v1.NodeAddress) (*certs.Serving, error) {
+func newServingCertificate(ctx context.Context, cfg *agentConfig, client kube.Interface, addresses func() []v1.NodeAddress) (*certs.Serving, error) {
 	if !cfg.kubelet.ServerTLSBootstrap || (cfg.kubelet.EnableServer != nil && !*cfg.kubelet.EnableServer) {
 		return nil, nil
 	}

@@ -7,10 +7,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 )
@@ -23,7 +23,7 @@ type csiNode struct {
 	watcher  *csi.Watcher
 }
 
-func newCSINode(client kubernetes.Interface, nodeName, rootDir string) *csiNode {
+func newCSINode(client kube.Interface, nodeName, rootDir string) *csiNode {
 	info := &csi.APINodeInfo{Client: client, NodeName: nodeName}
 	registry := csi.NewRegistry(info)
 	return &csiNode{

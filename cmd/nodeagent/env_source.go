@@ -4,12 +4,12 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/objcache"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 )
@@ -26,12 +26,11 @@ type envSource struct {
 
 var _ runtime.EnvSource = envSource{}
 
-// newEnvSource builds the source and the informer factory feeding its
-// services; the caller starts the factory and runs objects.
-func newEnvSource(client kubernetes.Interface, objects *objcache.Cache) (envSource, informers.SharedInformerFactory) {
-	factory := informers.NewSharedInformerFactory(client, 0)
-	svc := factory.Core().V1().Services()
-	return envSource{objects: objects, services: svc.Lister(), synced: svc.Informer().HasSynced}, factory
+// newEnvSource builds the source and the informer feeding its services;
+// the caller runs the informer and objects.
+func newEnvSource(client kube.Interface, objects *objcache.Cache) (envSource, cache.SharedIndexInformer) {
+	inf := kube.NewInformer(client, client.CoreV1().Services(metav1.NamespaceAll), &v1.Service{}, nil)
+	return envSource{objects: objects, services: corelisters.NewServiceLister(inf.GetIndexer()), synced: inf.HasSynced}, inf
 }
 
 func (e envSource) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 	"github.com/nodeagent/nodeagent/pkg/objcache"
 	"github.com/nodeagent/nodeagent/pkg/volume"
 )
@@ -17,7 +18,7 @@ import (
 // reads from the watch. Their tear-down releases them.
 func TestRegisteringVolumes(t *testing.T) {
 	client := fake.NewClientset(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app"}, Data: map[string]string{"k": "v"}})
-	objects, err := objcache.New(objcache.Config{Client: client, SyncWait: 5 * time.Second})
+	objects, err := objcache.New(objcache.Config{Client: kubetest.Wrap(client), SyncWait: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +26,7 @@ func TestRegisteringVolumes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- objects.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	mgr, err := volume.NewManager(volume.Config{RootDir: t.TempDir(), Client: client, Objects: objects})
+	mgr, err := volume.NewManager(volume.Config{RootDir: t.TempDir(), Client: kubetest.Wrap(client), Objects: objects})
 	if err != nil {
 		t.Fatal(err)
 	}

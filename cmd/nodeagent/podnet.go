@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"k8s.io/client-go/kubernetes"
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeagent/nodeagent/pkg/podnet"
@@ -61,7 +61,7 @@ func buildPodNetworkConfig(f *flags) (*podNetworkConfig, error) {
 // setting is on; when it is off, the removal of what an earlier run made
 // if the root dir records any; else nil, and nothing on the machine is
 // touched (no iptables call either).
-func newPodNetwork(ctx context.Context, cfg *agentConfig, client kubernetes.Interface) (func(context.Context) error, error) {
+func newPodNetwork(ctx context.Context, cfg *agentConfig, client kube.Interface) (func(context.Context) error, error) {
 	pn := cfg.podNetwork
 	if pn == nil {
 		if !podnet.HasState(cfg.rootDir) {

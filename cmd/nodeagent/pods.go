@@ -9,14 +9,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodeagent/nodeagent/pkg/cgroups"
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/pleg"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/volume"
@@ -32,10 +30,10 @@ const seccompDir = "seccomp"
 
 // newEventRecorder starts an event broadcaster writing core/v1 events
 // and returns its recorder and a function stopping it.
-func newEventRecorder(ctx context.Context, client kubernetes.Interface, nodeName string) (record.EventRecorder, func()) {
+func newEventRecorder(ctx context.Context, client kube.Interface, nodeName string) (record.EventRecorder, func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: eventComponent, Host: nodeName}), b.Shutdown
+	b.StartRecordingToSink(kube.EventSink{Client: client})
+	return b.NewRecorder(kube.Scheme, v1.EventSource{Component: eventComponent, Host: nodeName}), b.Shutdown
 }
 
 // podOptions turns the configuration into the settings of every pod sandbox.

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -29,6 +29,7 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/eviction"
 	"github.com/nodeagent/nodeagent/pkg/gc"
 	"github.com/nodeagent/nodeagent/pkg/imagegc"
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/logs"
 	"github.com/nodeagent/nodeagent/pkg/metrics"
 	"github.com/nodeagent/nodeagent/pkg/mirror"
@@ -172,7 +173,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	// The agent's own Node, from a watch of that one object: the node
 	// status, the pod CIDR, admission and the volumes' attachments read it
 	// there, as the kubelet reads its Node from an informer.
-	ownNode, nodeInformers := watchOwnNode(client, cfg.nodeName)
+	ownNode, ownNodeInformer := watchOwnNode(client, cfg.nodeName)
 	nodeCtrl, err := node.New(node.Config{
 		// The node's readiness includes the PLEG's health, as a kubelet's.
 		HealthChecks:           []node.HealthCheck{{Name: "PLEG", Check: podEvents.Healthy}},
@@ -252,9 +253,8 @@ func run(ctx context.Context, cfg *agentConfig) error {
 	if err != nil {
 		return err
 	}
-	env, envInformers := newEnvSource(client, objects)
-	// The RuntimeClasses pods name are watched through the same factory.
-	runtimeClasses := newRuntimeClasses(envInformers)
+	env, servicesInformer := newEnvSource(client, objects)
+	runtimeClasses, runtimeClassesInformer := newRuntimeClasses(client)
 	var cg podsync.PodCgroups
 	if podCgroups != nil {
 		cg = podCgroups
@@ -448,41 +448,33 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		g.Go(func() error { return podNetwork(gctx) })
 	}
 	g.Go(func() error {
-		envInformers.Start(gctx.Done())
-		<-gctx.Done()
-		envInformers.Shutdown()
-		return nil
-	})
-	g.Go(func() error {
-		nodeInformers.Start(gctx.Done())
-		<-gctx.Done()
-		nodeInformers.Shutdown()
+		kube.Start(gctx, servicesInformer, runtimeClassesInformer, ownNodeInformer)()
 		return nil
 	})
 	return g.Wait()
 }
 
 // watchOwnNode returns a reader of this node's Node fed by a watch of that
-// one object, as the kubelet watches its own Node, and the factory to
-// start. The reader fails with NotFound until the watch has the Node.
-func watchOwnNode(client kubernetes.Interface, nodeName string) (func() (*v1.Node, error), informers.SharedInformerFactory) {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+// one object, as the kubelet watches its own Node, and the informer to
+// run. The reader fails with NotFound until the watch has the Node.
+func watchOwnNode(client kube.Interface, nodeName string) (func() (*v1.Node, error), cache.SharedIndexInformer) {
+	inf := kube.NewInformer(client, client.CoreV1().Nodes(), &v1.Node{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector(metav1.ObjectNameField, nodeName).String()
-	}))
-	lister := factory.Core().V1().Nodes().Lister()
-	return func() (*v1.Node, error) { return lister.Get(nodeName) }, factory
+	})
+	lister := corelisters.NewNodeLister(inf.GetIndexer())
+	return func() (*v1.Node, error) { return lister.Get(nodeName) }, inf
 }
 
 // newClientset builds the apiserver client from the agent's identity
 // with the QPS, burst and content type of the configuration.
-func newClientset(cfg *agentConfig, restCfg *rest.Config) (kubernetes.Interface, error) {
+func newClientset(cfg *agentConfig, restCfg *rest.Config) (kube.Interface, error) {
 	restCfg = rest.CopyConfig(restCfg)
 	kc := cfg.kubelet
 	restCfg.UserAgent = fmt.Sprintf("nodeagent/%s (%s)", cfg.version, cfg.nodeName)
 	restCfg.QPS = float32(*kc.KubeAPIQPS)
 	restCfg.Burst = int(kc.KubeAPIBurst)
 	restCfg.ContentType = kc.ContentType
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kube.NewForConfig(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("build apiserver client: %w", err)
 	}

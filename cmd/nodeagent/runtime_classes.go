@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/informers"
 	nodelisters "k8s.io/client-go/listers/node/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	podsync "github.com/nodeagent/nodeagent/pkg/sync"
 )
 
@@ -28,11 +29,11 @@ type runtimeClasses struct {
 
 var _ podsync.RuntimeClasses = runtimeClasses{}
 
-// newRuntimeClasses registers the RuntimeClass informer with factory,
-// which the caller starts.
-func newRuntimeClasses(factory informers.SharedInformerFactory) runtimeClasses {
-	rc := factory.Node().V1().RuntimeClasses()
-	return runtimeClasses{lister: rc.Lister(), synced: rc.Informer().HasSynced}
+// newRuntimeClasses builds the lookup and the RuntimeClass informer feeding
+// it, which the caller runs.
+func newRuntimeClasses(client kube.Interface) (runtimeClasses, cache.SharedIndexInformer) {
+	inf := kube.NewInformer(client, client.NodeV1().RuntimeClasses(), &nodev1.RuntimeClass{}, nil)
+	return runtimeClasses{lister: nodelisters.NewRuntimeClassLister(inf.GetIndexer()), synced: inf.HasSynced}, inf
 }
 
 // Handler returns the handler of the RuntimeClass name. Before the first

@@ -7,17 +7,18 @@ import (
 
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 func TestRuntimeClassesHandler(t *testing.T) {
 	client := fake.NewClientset(&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed"}, Handler: "runsc"})
-	factory := informers.NewSharedInformerFactory(client, 0)
-	classes := newRuntimeClasses(factory)
+	classes, informer := newRuntimeClasses(kubetest.Wrap(client))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	factory.Start(ctx.Done())
-	defer func() { cancel(); factory.Shutdown() }()
+	wait := kube.Start(ctx, informer)
+	defer func() { cancel(); wait() }()
 
 	// The first lookup waits for the first list.
 	if got, err := classes.Handler(ctx, "sandboxed"); err != nil || got != "runsc" {

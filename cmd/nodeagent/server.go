@@ -7,12 +7,12 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/nodeagent/nodeagent/pkg/certs"
 	"github.com/nodeagent/nodeagent/pkg/cgroups"
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/metrics"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/server"
@@ -36,7 +36,7 @@ type nodeAPIExtras struct {
 // The per-user stream and follow caps and the TokenReview rate limit, which the kubelet
 // has no settings for, keep pkg/server's defaults.
 // With enableServer false it returns nil and binds nothing, as the kubelet opens no port.
-func newNodeServer(cfg *agentConfig, client kubernetes.Interface, rt server.RuntimeService, pods server.PodLister, extras nodeAPIExtras) (*server.Server, error) {
+func newNodeServer(cfg *agentConfig, client kube.Interface, rt server.RuntimeService, pods server.PodLister, extras nodeAPIExtras) (*server.Server, error) {
 	kc := cfg.kubelet
 	if kc.EnableServer != nil && !*kc.EnableServer {
 		return nil, nil

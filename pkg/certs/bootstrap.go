@@ -10,16 +10,14 @@
 // (certificate and key in one file, mode 0600) with the symlink
 // kubelet-client-current.pem, the same for kubelet-server, and a
 // kubeconfig whose client-certificate and client-key both name the
-// current.pem symlink. client-go's certificate FileStore writes them.
+// current.pem symlink. store.go writes them.
 package certs
 
 import (
 	"context"
 	"crypto"
-	"crypto/sha512"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -27,14 +25,13 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/client-go/util/certificate"
-	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // Names of the pairs in the cert dir, the kubelet's.
@@ -65,8 +62,8 @@ type BootstrapConfig struct {
 	// Timeout bounds the wait for approval and issuance; 0 means 1h.
 	Timeout time.Duration
 	// NewClient builds the client a CSR is sent with from the bootstrap
-	// credentials; nil means kubernetes.NewForConfig. Tests give a fake.
-	NewClient func(*rest.Config) (kubernetes.Interface, error)
+	// credentials; nil means kube.NewForConfig. Tests give a fake.
+	NewClient func(*rest.Config) (kube.Interface, error)
 }
 
 func (c *BootstrapConfig) validate() error {
@@ -84,7 +81,7 @@ func (c *BootstrapConfig) validate() error {
 		c.Timeout = defaultBootstrapTimeout
 	}
 	if c.NewClient == nil {
-		c.NewClient = func(rc *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(rc) }
+		c.NewClient = newKubeClient
 	}
 	return nil
 }
@@ -114,11 +111,8 @@ func Bootstrap(ctx context.Context, cfg BootstrapConfig) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("build bootstrap client: %w", err)
 	}
-	store, err := certificate.NewFileStore(clientPrefix, cfg.CertDir, cfg.CertDir, "", "")
-	if err != nil {
-		return false, fmt.Errorf("client certificate store: %w", err)
-	}
-	keyPEM, err := bootstrapKey(store, cfg.CertDir, time.Now())
+	store := newPairStore(cfg.CertDir, clientPrefix, "", "")
+	keyPEM, err := bootstrapKey(logger, store, cfg.CertDir, time.Now())
 	if err != nil {
 		return false, err
 	}
@@ -128,16 +122,16 @@ func Bootstrap(ctx context.Context, cfg BootstrapConfig) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := store.Update(certPEM, keyPEM); err != nil {
+	if _, err := store.update(certPEM, keyPEM, time.Now()); err != nil {
 		return false, fmt.Errorf("store client certificate: %w", err)
 	}
 	if err := os.Remove(filepath.Join(cfg.CertDir, bootstrapKeyFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		logger.V(2).Info("Failed to remove the bootstrap key", "err", err.Error())
 	}
-	if err := writeKubeconfig(cfg.Kubeconfig, bootstrapCfg, store.CurrentPath()); err != nil {
+	if err := writeKubeconfig(cfg.Kubeconfig, bootstrapCfg, store.currentPath()); err != nil {
 		return false, err
 	}
-	logger.Info("Client certificate issued", "path", store.CurrentPath(), "kubeconfig", cfg.Kubeconfig)
+	logger.Info("Client certificate issued", "path", store.currentPath(), "kubeconfig", cfg.Kubeconfig)
 	return true, nil
 }
 
@@ -147,8 +141,8 @@ func Bootstrap(ctx context.Context, cfg BootstrapConfig) (bool, error) {
 // expired pair's key too; but the same key and subject name the same
 // CSR, and the old one, issued and expired, is still there until the
 // CSR cleaner's hourly pass, so the request would be refused.
-func bootstrapKey(store certificate.Store, certDir string, now time.Time) ([]byte, error) {
-	if cur, err := store.Current(); err == nil && cur.PrivateKey != nil && cur.Leaf != nil && now.Before(cur.Leaf.NotAfter) {
+func bootstrapKey(logger klog.Logger, store *pairStore, certDir string, now time.Time) ([]byte, error) {
+	if cur := store.load(logger); cur != nil && now.Before(cur.Leaf.NotAfter) {
 		if data, err := keyutil.MarshalPrivateKeyToPEM(cur.PrivateKey); err == nil {
 			return data, nil
 		}
@@ -167,7 +161,7 @@ func bootstrapKey(store certificate.Store, certDir string, now time.Time) ([]byt
 // certificate. The CSR's name is derived from the key and subject, so a
 // restart with the same key finds its earlier request instead of sending
 // another.
-func requestClientCertificate(ctx context.Context, client kubernetes.Interface, keyPEM []byte, nodeName string) ([]byte, error) {
+func requestClientCertificate(ctx context.Context, client kube.Interface, keyPEM []byte, nodeName string) ([]byte, error) {
 	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("parse bootstrap key: %w", err)
@@ -186,60 +180,36 @@ func requestClientCertificate(ctx context.Context, client kubernetes.Interface, 
 	if err != nil {
 		return nil, err
 	}
-	reqName, reqUID, err := csr.RequestCertificateWithContext(ctx, client, csrPEM, name, certificatesv1.KubeAPIServerClientKubeletSignerName, nil, usages, key)
+	csrs := client.CertificatesV1().CertificateSigningRequests()
+	csr, err := sendCSR(ctx, csrs, csrRequest{
+		name: name, signerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+		usages: usages, csrPEM: csrPEM, key: signer,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("send certificate signing request: %w", err)
 	}
-	klog.FromContext(ctx).Info("Waiting for the client certificate to be approved and issued", "csr", reqName)
-	data, err := csr.WaitForCertificate(ctx, client, reqName, reqUID)
+	klog.FromContext(ctx).Info("Waiting for the client certificate to be approved and issued", "csr", csr.Name)
+	data, err := waitForCertificate(ctx, csrs, csr, csrPollInterval)
 	if err != nil {
-		return nil, fmt.Errorf("wait for certificate signing request %s: %w", reqName, err)
+		return nil, fmt.Errorf("wait for certificate signing request %s: %w", csr.Name, err)
 	}
 	return data, nil
 }
 
-// ClientUsages are the key usages the kubelet asks for in a client CSR:
-// key encipherment only for RSA keys, whose TLS key exchange needs it.
-func ClientUsages(key any) []certificatesv1.KeyUsage {
-	return certificate.DefaultKubeletClientGetUsages(key)
+// newKubeClient is the default NewClient: kube.NewForConfig, whose
+// typed nil on an error must not become a non-nil Interface.
+func newKubeClient(rc *rest.Config) (kube.Interface, error) {
+	c, err := kube.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // nodeSubject is the identity the Node authorizer and NodeRestriction
 // recognise.
 func nodeSubject(nodeName string) pkix.Name {
 	return pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}}
-}
-
-func makeCSR(key crypto.Signer, tmpl *x509.CertificateRequest) ([]byte, error) {
-	der, err := x509.CreateCertificateRequest(nil, tmpl, key)
-	if err != nil {
-		return nil, fmt.Errorf("create certificate request: %w", err)
-	}
-	return pemEncode("CERTIFICATE REQUEST", der), nil
-}
-
-// csrName is node-csr-<digest of key, subject and usages>, the kubelet's
-// scheme: the same request made twice gets the same name.
-func csrName(pub crypto.PublicKey, subject pkix.Name, usages []certificatesv1.KeyUsage) (string, error) {
-	pubDER, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return "", fmt.Errorf("encode public key: %w", err)
-	}
-	h := sha512.New512_256()
-	enc := base64.RawURLEncoding
-	add := func(b []byte) {
-		h.Write([]byte(enc.EncodeToString(b)))
-		h.Write([]byte{'|'})
-	}
-	add(pubDER)
-	add([]byte(subject.CommonName))
-	for _, o := range subject.Organization {
-		add([]byte(o))
-	}
-	for _, u := range usages {
-		add([]byte(u))
-	}
-	return "node-csr-" + enc.EncodeToString(h.Sum(nil)), nil
 }
 
 // writeKubeconfig writes the kubeconfig a bootstrapped node uses: the

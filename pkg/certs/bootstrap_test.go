@@ -17,6 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 func bootstrapConfig(t *testing.T, dir string, client kubernetes.Interface) BootstrapConfig {
@@ -26,7 +29,7 @@ func bootstrapConfig(t *testing.T, dir string, client kubernetes.Interface) Boot
 		CertDir:             filepath.Join(dir, "pki"),
 		NodeName:            "node-1",
 		Timeout:             10 * time.Second,
-		NewClient:           func(*rest.Config) (kubernetes.Interface, error) { return client, nil },
+		NewClient:           func(*rest.Config) (kube.Interface, error) { return kubetest.Wrap(client), nil },
 	}
 }
 

@@ -9,15 +9,16 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/certificate"
 	"k8s.io/client-go/util/connrotation"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // Defaults of ClientConfig.
@@ -48,12 +49,12 @@ type ClientConfig struct {
 	// while the apiserver answers before it fails; 0 means 5m.
 	ExitAfter time.Duration
 	// NewClient builds the client CSRs are sent with; nil means
-	// kubernetes.NewForConfig. Tests give a fake.
-	NewClient func(*rest.Config) (kubernetes.Interface, error)
+	// kube.NewForConfig. Tests give a fake.
+	NewClient func(*rest.Config) (kube.Interface, error)
 }
 
 // Client is the node's apiserver client identity under rotation: a
-// certificate manager that renews the certificate at a random point
+// rotator (rotation.go) that renews the certificate at a random point
 // between 70 and 90 % of its life through a new CSR, and a transport
 // that presents whatever certificate is current and drops its
 // connections when it changes, so every client built from RESTConfig
@@ -61,13 +62,13 @@ type ClientConfig struct {
 // without a restart.
 type Client struct {
 	cfg     ClientConfig
-	manager certificate.Manager
+	rotator *rotator
 	dialer  *connrotation.Dialer
 	rest    *rest.Config
 }
 
 // NewClient loads the kubeconfig and the current certificate and builds
-// the manager; nothing is sent until Run.
+// the rotator; nothing is sent until Run.
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	switch {
 	case cfg.Kubeconfig == "":
@@ -84,7 +85,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		cfg.ExitAfter = defaultExitAfter
 	}
 	if cfg.NewClient == nil {
-		cfg.NewClient = func(rc *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(rc) }
+		cfg.NewClient = newKubeClient
 	}
 	nodeCfg, err := loadRESTConfig(cfg.Kubeconfig)
 	if err != nil {
@@ -109,16 +110,14 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	// A kubeconfig whose files are the store's current pair (a
-	// bootstrapped one) is the store itself; one with other files or
-	// embedded data (kubeadm's first control-plane kubeconfig) seeds it,
-	// and the manager replaces it with a certificate of its own at once.
-	store, err := certificate.NewFileStore(clientPrefix, cfg.CertDir, cfg.CertDir, nodeCfg.CertFile, nodeCfg.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("client certificate store: %w", err)
-	}
-	c.manager, err = certificate.NewManager(&certificate.Config{
-		Ctx: &ctx,
-		ClientsetFn: func(current *tls.Certificate) (kubernetes.Interface, error) {
+	// bootstrapped one) is the store itself; other files are read while
+	// the store has no pair and renewed like one; embedded data (kubeadm's
+	// first control-plane kubeconfig) seeds the store, and the rotator
+	// replaces it with a certificate of its own at once.
+	c.rotator, err = newRotator(klog.FromContext(ctx), rotatorConfig{
+		Name:  "client",
+		Store: newPairStore(cfg.CertDir, clientPrefix, nodeCfg.CertFile, nodeCfg.KeyFile),
+		Client: func(current *tls.Certificate) (kube.Interface, error) {
 			// With a valid certificate the node renews as itself (the
 			// selfnodeclient approval); without one, with the bootstrap
 			// credentials.
@@ -127,22 +126,20 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 			}
 			return cfg.NewClient(csrCfg)
 		},
-		Template:                &x509.CertificateRequest{Subject: nodeSubject(cfg.NodeName)},
-		SignerName:              certificatesv1.KubeAPIServerClientKubeletSignerName,
-		GetUsages:               certificate.DefaultKubeletClientGetUsages,
-		CertificateStore:        store,
-		BootstrapCertificatePEM: nodeCfg.CertData,
-		BootstrapKeyPEM:         nodeCfg.KeyData,
-		Name:                    "client",
+		Template:    func() *x509.CertificateRequest { return &x509.CertificateRequest{Subject: nodeSubject(cfg.NodeName)} },
+		SignerName:  certificatesv1.KubeAPIServerClientKubeletSignerName,
+		Usages:      ClientUsages,
+		SeedCertPEM: nodeCfg.CertData,
+		SeedKeyPEM:  nodeCfg.KeyData,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("client certificate manager: %w", err)
+		return nil, fmt.Errorf("client certificate rotation: %w", err)
 	}
 	return c, nil
 }
 
 // rotatingConfig is nodeCfg without its client certificate: the
-// transport asks the manager for the current one at every handshake and
+// transport asks the rotator for the current one at every handshake and
 // dials through c.dialer, whose connections Run closes on a change.
 func (c *Client) rotatingConfig(nodeCfg *rest.Config) (*rest.Config, error) {
 	tlsCfg, err := rest.TLSConfigFor(nodeCfg)
@@ -154,7 +151,7 @@ func (c *Client) rotatingConfig(nodeCfg *rest.Config) (*rest.Config, error) {
 	}
 	tlsCfg.Certificates = nil
 	tlsCfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-		if cur := c.manager.Current(); cur != nil {
+		if cur := c.rotator.Current(); cur != nil {
 			return cur, nil
 		}
 		// No certificate: the server decides what an anonymous client gets.
@@ -178,18 +175,19 @@ func (c *Client) rotatingConfig(nodeCfg *rest.Config) (*rest.Config, error) {
 func (c *Client) RESTConfig() *rest.Config { return rest.CopyConfig(c.rest) }
 
 // Current is the certificate in use, nil when it expired or there is none.
-func (c *Client) Current() *tls.Certificate { return c.manager.Current() }
+func (c *Client) Current() *tls.Certificate { return c.rotator.Current() }
 
 // Run rotates the certificate until ctx ends. It fails when the node has
 // had no valid certificate for ExitAfter while the apiserver answered:
 // a restart bootstraps again from the bootstrap kubeconfig.
 func (c *Client) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	// The manager's loop stops with ctx (it was built with it); Stop makes
-	// that explicit. Its goroutines are the library's and are not waited for.
-	c.manager.Start()
-	defer c.manager.Stop()
-	w := &rotationWatch{last: c.manager.Current(), lastValid: time.Now()}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { c.rotator.Run(ctx) })
+	defer wg.Wait()
+	defer cancel()
+	w := &rotationWatch{last: c.rotator.Current(), lastValid: time.Now()}
 	ticker := time.NewTicker(c.cfg.CheckInterval)
 	defer ticker.Stop()
 	for {
@@ -198,7 +196,7 @@ func (c *Client) Run(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 		}
-		switch w.observe(c.manager.Current(), time.Now(), c.cfg.ExitAfter, c.manager.ServerHealthy()) {
+		switch w.observe(c.rotator.Current(), time.Now(), c.cfg.ExitAfter, c.rotator.ServerHealthy()) {
 		case rotationSwitch:
 			logger.Info("Client certificate rotated; closing apiserver connections to use it")
 			c.dialer.CloseAll()

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // TestClientRotationMovesConnections runs the rotating client against a
@@ -45,7 +47,7 @@ func TestClientRotationMovesConnections(t *testing.T) {
 		CertDir:             bc.CertDir,
 		NodeName:            "node-1",
 		CheckInterval:       50 * time.Millisecond,
-		NewClient:           func(*rest.Config) (kubernetes.Interface, error) { return csrClient, nil },
+		NewClient:           func(*rest.Config) (kube.Interface, error) { return kubetest.Wrap(csrClient), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +144,7 @@ func TestClientWithoutBootstrapKubeconfig(t *testing.T) {
 		BootstrapKubeconfig: bc.BootstrapKubeconfig,
 		CertDir:             bc.CertDir,
 		NodeName:            "node-1",
-		NewClient:           func(*rest.Config) (kubernetes.Interface, error) { return csrClient, nil },
+		NewClient:           func(*rest.Config) (kube.Interface, error) { return kubetest.Wrap(csrClient), nil },
 	})
 	if err != nil {
 		t.Fatalf("NewClient with the bootstrap kubeconfig gone: %v", err)

@@ -100,6 +100,16 @@ type signer struct {
 
 	mu       sync.Mutex
 	requests []*certificatesv1.CertificateSigningRequest
+	// verdict, when set, decides the n-th CSR (from 0) at its creation:
+	// CertificateApproved issues it, CertificateDenied denies it, ""
+	// leaves it pending.
+	verdict func(n int) certificatesv1.RequestConditionType
+}
+
+func (s *signer) setVerdict(v func(n int) certificatesv1.RequestConditionType) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.verdict = v
 }
 
 // newSignerClient is a fake clientset whose CSRs are issued by s. Lists
@@ -113,11 +123,24 @@ func newSignerClient(t *testing.T, ca *testCA, life time.Duration) (*fake.Client
 		s.mu.Lock()
 		n := len(s.requests)
 		s.requests = append(s.requests, csr.DeepCopy())
+		verdict := certificatesv1.CertificateApproved
+		if s.verdict != nil {
+			verdict = s.verdict(n)
+		}
 		s.mu.Unlock()
 		if csr.Name == "" {
 			csr.Name = fmt.Sprintf("%s%d", csr.GenerateName, n)
 		}
 		csr.UID = types.UID(fmt.Sprintf("uid-%d", n))
+		switch verdict {
+		case "":
+			return false, nil, nil
+		case certificatesv1.CertificateDenied:
+			csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+				Type: certificatesv1.CertificateDenied, Status: "True", Reason: "NotMyNode", LastUpdateTime: metav1.Now(),
+			}}
+			return false, nil, nil
+		}
 		block, _ := pem.Decode(csr.Spec.Request)
 		req, err := x509.ParseCertificateRequest(block.Bytes)
 		if err != nil {
@@ -198,4 +221,33 @@ func servingPair(t *testing.T, ca *testCA, life time.Duration) tls.Certificate {
 		t.Fatal(err)
 	}
 	return pair
+}
+
+// issue makes a client certificate and its key, PEM, for a new key.
+func (ca *testCA) issue(t *testing.T, cn string, life time.Duration) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM = ca.sign(t, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}, PublicKey: &key.PublicKey}, life, x509.ExtKeyUsageClientAuth)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certPEM, pemEncode("EC PRIVATE KEY", keyDER)
+}
+
+// serialOf is the serial of a PEM certificate's first certificate.
+func serialOf(t *testing.T, certPEM []byte) string {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		t.Fatal("no PEM certificate")
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.SerialNumber.String()
 }

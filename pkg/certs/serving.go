@@ -12,15 +12,16 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/certificate"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // ServingConfig configures the serving certificate of the node API
 // (serverTLSBootstrap).
 type ServingConfig struct {
 	// Client sends the CSRs, as the node. Required.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// CertDir holds kubelet-server-*.pem. Required.
 	CertDir string
 	// NodeName is the node the certificate is for. Required.
@@ -38,11 +39,11 @@ type ServingConfig struct {
 // approved by the controller-manager: a cluster admin or an approver
 // does it.
 type Serving struct {
-	manager certificate.Manager
+	rotator *rotator
 }
 
 // NewServing loads the current serving pair, if any, and builds the
-// manager; nothing is sent until Run.
+// rotator; nothing is sent until Run.
 func NewServing(ctx context.Context, cfg ServingConfig) (*Serving, error) {
 	switch {
 	case cfg.Client == nil:
@@ -54,34 +55,28 @@ func NewServing(ctx context.Context, cfg ServingConfig) (*Serving, error) {
 	case cfg.Addresses == nil:
 		return nil, errors.New("certs: the node's addresses are required")
 	}
-	store, err := certificate.NewFileStore(servingPrefix, cfg.CertDir, cfg.CertDir, "", "")
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate store: %w", err)
-	}
-	m, err := certificate.NewManager(&certificate.Config{
-		Ctx:              &ctx,
-		ClientsetFn:      func(*tls.Certificate) (kubernetes.Interface, error) { return cfg.Client, nil },
-		GetTemplate:      func() *x509.CertificateRequest { return servingTemplate(cfg.NodeName, cfg.Addresses()) },
-		SignerName:       certificatesv1.KubeletServingSignerName,
-		GetUsages:        certificate.DefaultKubeletServingGetUsages,
-		CertificateStore: store,
-		Name:             "serving",
+	m, err := newRotator(klog.FromContext(ctx), rotatorConfig{
+		Name:       "serving",
+		Store:      newPairStore(cfg.CertDir, servingPrefix, "", ""),
+		Client:     func(*tls.Certificate) (kube.Interface, error) { return cfg.Client, nil },
+		Template:   func() *x509.CertificateRequest { return servingTemplate(cfg.NodeName, cfg.Addresses()) },
+		Dynamic:    true,
+		SignerName: certificatesv1.KubeletServingSignerName,
+		Usages:     servingUsages,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("serving certificate manager: %w", err)
+		return nil, fmt.Errorf("serving certificate rotation: %w", err)
 	}
-	return &Serving{manager: m}, nil
+	return &Serving{rotator: m}, nil
 }
 
 // Current is the serving certificate, nil until one is issued or when it
 // expired.
-func (s *Serving) Current() *tls.Certificate { return s.manager.Current() }
+func (s *Serving) Current() *tls.Certificate { return s.rotator.Current() }
 
 // Run requests and renews the certificate until ctx ends.
 func (s *Serving) Run(ctx context.Context) error {
-	s.manager.Start()
-	<-ctx.Done()
-	s.manager.Stop()
+	s.rotator.Run(ctx)
 	return nil
 }
 

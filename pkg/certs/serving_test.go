@@ -9,6 +9,8 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 func TestServingTemplate(t *testing.T) {
@@ -56,7 +58,7 @@ func TestServingRequestsFromTheKubeletServingSigner(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, err := NewServing(ctx, ServingConfig{
-		Client:   client,
+		Client:   kubetest.Wrap(client),
 		CertDir:  t.TempDir(),
 		NodeName: "node-1",
 		Addresses: func() []v1.NodeAddress {

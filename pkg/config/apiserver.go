@@ -13,10 +13,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // Handler receives pod updates. Its methods must not block.
@@ -28,7 +28,7 @@ type Handler interface {
 // Config configures an APISource.
 type Config struct {
 	// Client watches pods.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// NodeName selects the pods bound here (spec.nodeName).
 	NodeName string
 }
@@ -55,11 +55,9 @@ func NewAPISource(cfg Config) (*APISource, error) {
 	if cfg.Client == nil || cfg.NodeName == "" {
 		return nil, errors.New("config: Client and NodeName are required")
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = podsOfNode(cfg.NodeName)
-		}))
-	return &APISource{informer: factory.Core().V1().Pods().Informer()}, nil
+	informer := kube.NewInformer(cfg.Client, cfg.Client.CoreV1().Pods(metav1.NamespaceAll), &v1.Pod{},
+		func(o *metav1.ListOptions) { o.FieldSelector = podsOfNode(cfg.NodeName) })
+	return &APISource{informer: informer}, nil
 }
 
 // podsOfNode is the field selector of the pods bound to the node. The

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 const (
@@ -89,7 +91,7 @@ type started struct {
 
 func start(t *testing.T, client *fake.Clientset, h Handler) *started {
 	t.Helper()
-	src, err := NewAPISource(Config{Client: client, NodeName: testNode})
+	src, err := NewAPISource(Config{Client: kubetest.Wrap(client), NodeName: testNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +222,7 @@ func TestHasSyncedWaitsForTheHandler(t *testing.T) {
 	client := fake.NewClientset(pod("a", "1"), pod("b", "1"))
 	h := newRecordingHandler()
 	h.gate = make(chan struct{})
-	src, err := NewAPISource(Config{Client: client, NodeName: testNode})
+	src, err := NewAPISource(Config{Client: kubetest.Wrap(client), NodeName: testNode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +304,7 @@ func TestHandlerDispatch(t *testing.T) {
 
 func TestSetHandlerBeforeRunOnly(t *testing.T) {
 	newSource := func(t *testing.T) *APISource {
-		src, err := NewAPISource(Config{Client: fake.NewClientset(), NodeName: testNode})
+		src, err := NewAPISource(Config{Client: kubetest.Wrap(fake.NewClientset()), NodeName: testNode})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +339,7 @@ func TestSetHandlerBeforeRunOnly(t *testing.T) {
 }
 
 func TestNewAPISourceRequiresClientAndNode(t *testing.T) {
-	for _, cfg := range []Config{{NodeName: testNode}, {Client: fake.NewClientset()}} {
+	for _, cfg := range []Config{{NodeName: testNode}, {Client: kubetest.Wrap(fake.NewClientset())}} {
 		if _, err := NewAPISource(cfg); err == nil {
 			t.Errorf("NewAPISource(%+v) succeeded", cfg)
 		}
@@ -348,7 +350,7 @@ func TestMirrorPodsAreNotRun(t *testing.T) {
 	mirror := pod("mirrored", "1")
 	mirror.Annotations = map[string]string{AnnotationMirror: "hash", AnnotationSource: SourceFile}
 	client := fake.NewClientset(pod("plain", "1"), mirror)
-	src, err := NewAPISource(Config{Client: client, NodeName: testNode})
+	src, err := NewAPISource(Config{Client: kubetest.Wrap(client), NodeName: testNode})
 	if err != nil {
 		t.Fatal(err)
 	}

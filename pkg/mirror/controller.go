@@ -9,11 +9,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/nodeagent/nodeagent/pkg/config"
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // DefaultResync is how often a pass runs without being woken: it catches
@@ -25,7 +25,7 @@ const DefaultResync = 2 * time.Second
 type Config struct {
 	// Client creates and deletes mirror pods and reads the Node, whose
 	// UID the owner references carry.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// NodeName is this node.
 	NodeName string
 	// StaticPods are the static pods this node runs (the file source's).

@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodeagent/nodeagent/pkg/config"
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 const nodeName = "n1"
@@ -125,7 +126,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}
 	f := &fixture{client: fake.NewClientset(append(objs, node)...)}
 	c, err := New(Config{
-		Client: f.client, NodeName: nodeName,
+		Client: kubetest.Wrap(f.client), NodeName: nodeName,
 		StaticPods: func() []*v1.Pod { return f.static },
 		MirrorPods: func() []*v1.Pod {
 			list, err := f.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})

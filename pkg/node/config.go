@@ -11,9 +11,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // Runtime is what the node controller needs from the CRI runtime.
@@ -48,7 +49,7 @@ type Config struct {
 	// empty means NodeName.
 	Hostname string
 	// Client talks to the apiserver as system:node:<NodeName>.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// Runtime is the CRI runtime.
 	Runtime Runtime
 	// Host supplies the machine facts.

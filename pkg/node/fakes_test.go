@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // fakeRuntime is a CRI runtime whose answers the test sets.
@@ -159,7 +161,7 @@ func newTestEnv(t *testing.T, mutate func(*Config)) *testEnv {
 	t.Helper()
 	e := &testEnv{client: fake.NewClientset(), rt: newFakeRuntime(), clock: clocktesting.NewFakeClock(testStart)}
 	cfg := baseConfig()
-	cfg.Client, cfg.Runtime, cfg.Host, cfg.Clock = e.client, e.rt, fakeHost{testMachine()}, e.clock
+	cfg.Client, cfg.Runtime, cfg.Host, cfg.Clock = kubetest.Wrap(e.client), e.rt, fakeHost{testMachine()}, e.clock
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -9,10 +9,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // LeaseNamespace holds one Lease per node, the node's cheap heartbeat.
@@ -28,7 +29,7 @@ const (
 // leaseRenewer keeps the node's Lease renewed. It is the only writer of the
 // Lease.
 type leaseRenewer struct {
-	client          kubernetes.Interface
+	client          kube.Interface
 	clock           clock.Clock
 	nodeName        string
 	durationSeconds int32

@@ -14,13 +14,15 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 func newTestLease(uid *types.UID) (*leaseRenewer, *fake.Clientset, *clocktesting.FakeClock) {
 	client := fake.NewClientset()
 	clk := clocktesting.NewFakeClock(testStart)
 	return &leaseRenewer{
-		client: client, clock: clk, nodeName: "nodeagent-node", durationSeconds: 40,
+		client: kubetest.Wrap(client), clock: clk, nodeName: "nodeagent-node", durationSeconds: 40,
 		nodeUID: func() types.UID { return *uid },
 	}, client, clk
 }

@@ -45,9 +45,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // defaultSyncWait is how long the kubelet waits for a new watch's first
@@ -62,7 +63,7 @@ const minWatchTimeout = 30 * time.Minute
 // Config configures a Cache.
 type Config struct {
 	// Client lists, watches and gets the objects. Required.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// SyncWait bounds how long a read waits for a new watch's first list
 	// before it GETs the object instead. Defaults to one second, the
 	// kubelet's wait; the kubelet then fails the read, the cache answers
@@ -78,7 +79,7 @@ type Cache struct {
 	kinds    [2]kindClient // by kind
 	// client tells reflectors whether it can stream a watch's first list
 	// (a fake clientset cannot).
-	client kubernetes.Interface
+	client kube.Interface
 
 	mu      sync.Mutex
 	runCtx  context.Context // Run's, once it started

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // benchPods is how many pods of the node reference the same objects.
@@ -44,7 +46,7 @@ func benchPod(i int) *v1.Pod {
 // runningCache returns a Cache over client, running until the benchmark ends.
 func runningCache(b *testing.B, client *fake.Clientset) *Cache {
 	b.Helper()
-	c, err := New(Config{Client: client, SyncWait: waitFor})
+	c, err := New(Config{Client: kubetest.Wrap(client), SyncWait: waitFor})
 	if err != nil {
 		b.Fatal(err)
 	}

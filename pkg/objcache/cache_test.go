@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // waitFor is how long a test waits for something the watch delivers.
@@ -70,7 +72,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 		f.mu.Unlock()
 		return true, rec, nil
 	})
-	c, err := New(Config{Client: f.client, SyncWait: waitFor})
+	c, err := New(Config{Client: kubetest.Wrap(f.client), SyncWait: waitFor})
 	if err != nil {
 		t.Fatal(err)
 	}

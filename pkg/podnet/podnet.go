@@ -26,11 +26,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 const (
@@ -48,7 +48,7 @@ type Config struct {
 	// NodeName is this node's Node.
 	NodeName string
 	// Client reads the Nodes (all of them: each one's pod CIDR is routed).
-	Client kubernetes.Interface
+	Client kube.Interface
 	// RootDir is the agent's root dir: the state file and host-local's
 	// allocations live there.
 	RootDir string
@@ -91,13 +91,11 @@ type Manager struct {
 	// self is this node's Node, watched by name (the node's credentials
 	// may always read it): the configuration and rules follow it.
 	self         corelisters.NodeLister
-	selfFactory  informers.SharedInformerFactory
 	selfInformer cache.SharedIndexInformer
 	// nodes are all Nodes, for the routes. Reading them takes a grant
 	// beyond the node authorizer's (deploy/pod-network/rbac.yaml); until
 	// they are listed, routes are left as they are.
 	nodes         corelisters.NodeLister
-	nodesFactory  informers.SharedInformerFactory
 	nodesInformer cache.SharedIndexInformer
 	wake          chan struct{}
 
@@ -131,15 +129,13 @@ func New(cfg Config) (*Manager, error) {
 		},
 		DeleteFunc: func(any) { m.poke() },
 	}
-	m.selfFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
-		}))
-	self := m.selfFactory.Core().V1().Nodes()
-	m.self, m.selfInformer = self.Lister(), self.Informer()
-	m.nodesFactory = informers.NewSharedInformerFactory(cfg.Client, 0)
-	nodes := m.nodesFactory.Core().V1().Nodes()
-	m.nodes, m.nodesInformer = nodes.Lister(), nodes.Informer()
+	nodes := cfg.Client.CoreV1().Nodes()
+	m.selfInformer = kube.NewInformer(cfg.Client, nodes, &v1.Node{}, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+	})
+	m.self = corelisters.NewNodeLister(m.selfInformer.GetIndexer())
+	m.nodesInformer = kube.NewInformer(cfg.Client, nodes, &v1.Node{}, nil)
+	m.nodes = corelisters.NewNodeLister(m.nodesInformer.GetIndexer())
 	for _, inf := range []cache.SharedIndexInformer{m.selfInformer, m.nodesInformer} {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return nil, fmt.Errorf("podnet: watch nodes: %w", err)
@@ -185,10 +181,7 @@ func routingChanged(o, n *v1.Node) bool {
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("podnet")
 	ctx = klog.NewContext(ctx, logger)
-	m.selfFactory.Start(ctx.Done())
-	defer m.selfFactory.Shutdown()
-	m.nodesFactory.Start(ctx.Done())
-	defer m.nodesFactory.Shutdown()
+	defer kube.Start(ctx, m.selfInformer, m.nodesInformer)()
 	// The routes wait for all Nodes; a pass once they are listed makes
 	// them without waiting for the next resync.
 	var wg sync.WaitGroup

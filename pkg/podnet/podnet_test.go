@@ -20,6 +20,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // scenario is a Manager on a fake clientset and a fake kernel, its
@@ -44,12 +47,12 @@ func newScenario(t *testing.T, kernel *fakeKernel, root, conf string, nodes ...r
 		t.Fatal(err)
 	}
 	client := fake.NewClientset(nodes...)
-	m, err := New(Config{NodeName: "self", Client: client, RootDir: root, ConfDir: conf, Bridge: "na-cni0", ClusterCIDRs: cluster, Kernel: kernel})
+	m, err := New(Config{NodeName: "self", Client: kubetest.Wrap(client), RootDir: root, ConfDir: conf, Bridge: "na-cni0", ClusterCIDRs: cluster, Kernel: kernel})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.selfFactory.Start(ctx.Done())
-	m.nodesFactory.Start(ctx.Done())
+	wait := kube.Start(ctx, m.selfInformer, m.nodesInformer)
+	t.Cleanup(func() { cancel(); wait() })
 	if !cache.WaitForCacheSync(ctx.Done(), m.selfInformer.HasSynced, m.nodesInformer.HasSynced) {
 		t.Fatal("informer did not sync")
 	}
@@ -363,7 +366,7 @@ func TestManagerWithoutTheGrantToListNodes(t *testing.T) {
 	kernel.routes.table = []TableRoute{{Route: route("10.244.7.0/24", "192.168.0.7"), Ours: true}}
 	cluster, _ := ParseClusterCIDRs("10.244.0.0/16")
 	conf := t.TempDir()
-	m, err := New(Config{NodeName: "self", Client: client, RootDir: t.TempDir(), ConfDir: conf, Bridge: "na-cni0",
+	m, err := New(Config{NodeName: "self", Client: kubetest.Wrap(client), RootDir: t.TempDir(), ConfDir: conf, Bridge: "na-cni0",
 		ClusterCIDRs: cluster, Kernel: kernel, ResyncPeriod: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

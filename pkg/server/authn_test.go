@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	compbase "k8s.io/component-base/metrics"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // testCA signs client certificates in tests.
@@ -384,7 +386,7 @@ func TestBadTokenFlood(t *testing.T) {
 	reg := compbase.NewKubeRegistry()
 	cfg := baseConfig(t)
 	cfg.WebhookAuthenticationEnabled = true
-	cfg.Client = tokenClient(&calls, nil)
+	cfg.Client = kubetest.Wrap(tokenClient(&calls, nil))
 	cfg.TokenReviewQPS = 0.001
 	cfg.TokenReviewBurst = 5
 	cfg.MetricsRegistry = reg

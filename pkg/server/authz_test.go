@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 func TestRequestAttributes(t *testing.T) {
@@ -88,7 +90,7 @@ func TestAuthorizerCachesAnswers(t *testing.T) {
 		return s.ResourceAttributes.Subresource == "log"
 	})
 	now := time.Unix(1000, 0)
-	a, err := newAuthorizer(Config{AuthorizationMode: AuthorizationModeWebhook, Client: client, NodeName: "node-1",
+	a, err := newAuthorizer(Config{AuthorizationMode: AuthorizationModeWebhook, Client: kubetest.Wrap(client), NodeName: "node-1",
 		AuthorizedCacheTTL: time.Minute, UnauthorizedCacheTTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +126,7 @@ func TestAuthorizerReviewError(t *testing.T) {
 	client.PrependReactor("create", "subjectaccessreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("apiserver down")
 	})
-	a, err := newAuthorizer(Config{AuthorizationMode: AuthorizationModeWebhook, Client: client, NodeName: "n"})
+	a, err := newAuthorizer(Config{AuthorizationMode: AuthorizationModeWebhook, Client: kubetest.Wrap(client), NodeName: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +164,7 @@ func TestWithAuthDecisions(t *testing.T) {
 		}
 		return false
 	})
-	authz, err := newAuthorizer(Config{AuthorizationMode: AuthorizationModeWebhook, Client: client, NodeName: "node-1",
+	authz, err := newAuthorizer(Config{AuthorizationMode: AuthorizationModeWebhook, Client: kubetest.Wrap(client), NodeName: "node-1",
 		AuthorizedCacheTTL: time.Minute, UnauthorizedCacheTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // Authorization modes, spelled as in KubeletConfiguration.authorization.mode.
@@ -119,7 +120,7 @@ type Config struct {
 
 	// Client sends TokenReviews and SubjectAccessReviews. Required when
 	// webhook authentication or Webhook authorization is on.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// Runtime is the CRI runtime service; a runtimeapi.RuntimeServiceClient
 	// satisfies it.
 	Runtime RuntimeService

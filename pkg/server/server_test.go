@@ -18,6 +18,8 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // baseConfig is a valid Config on a free port; tests mutate a copy.
@@ -136,7 +138,7 @@ func TestServeOverTLS(t *testing.T) {
 	cfg.ClientCAFile = writeTemp(t, "ca.crt", ca.pem)
 	cfg.WebhookAuthenticationEnabled = true
 	cfg.AuthorizationMode = AuthorizationModeWebhook
-	cfg.Client = client
+	cfg.Client = kubetest.Wrap(client)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // A status write merges with the watch's copy of the pod when that copy
@@ -43,7 +45,7 @@ func TestManagerMergesWithCachedPodUnlessItLags(t *testing.T) {
 		return o.(*v1.Pod)
 	}
 	var watched *v1.Pod // the watch's copy; nil: up to date with the apiserver
-	m, err := NewManager(Config{Client: client, Clock: clocktesting.NewFakeClock(t0),
+	m, err := NewManager(Config{Client: kubetest.Wrap(client), Clock: clocktesting.NewFakeClock(t0),
 		Cached: func(ns, name string) (*v1.Pod, bool) {
 			if watched != nil {
 				return watched, true

@@ -15,9 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // Retry bounds for a failed status write.
@@ -32,7 +33,7 @@ const (
 // Config configures a Manager.
 type Config struct {
 	// Client writes pods/status and confirms deletions.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// Clock times retries and stamps start times; defaults to the real
 	// clock.
 	Clock clock.WithTicker

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 func newManager(t *testing.T, pods ...*v1.Pod) (*Manager, *fake.Clientset) {
@@ -19,7 +21,7 @@ func newManager(t *testing.T, pods ...*v1.Pod) (*Manager, *fake.Clientset) {
 			t.Fatal(err)
 		}
 	}
-	m, err := NewManager(Config{Client: client, Clock: clocktesting.NewFakeClock(t0)})
+	m, err := NewManager(Config{Client: kubetest.Wrap(client), Clock: clocktesting.NewFakeClock(t0)})
 	if err != nil {
 		t.Fatal(err)
 	}

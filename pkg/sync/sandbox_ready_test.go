@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critesting "k8s.io/cri-api/pkg/apis/testing"
 
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 	"github.com/nodeagent/nodeagent/pkg/runtime"
 	"github.com/nodeagent/nodeagent/pkg/status"
 )
@@ -163,7 +164,7 @@ func TestSandboxReadyWrittenBeforeImagePull(t *testing.T) {
 func testSandboxReadyBeforePull(t *testing.T, pod *v1.Pod, wantIP string) {
 	h := newHarness(t, pod)
 	client := fake.NewClientset(pod.DeepCopy())
-	manager, err := status.NewManager(status.Config{Client: client})
+	manager, err := status.NewManager(status.Config{Client: kubetest.Wrap(client)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/volume/atomic"
 )
 
@@ -26,11 +26,11 @@ type Objects interface {
 type objectSource struct {
 	objects Objects // nil: no API client
 	// client reads cluster trust bundles, at every refresh.
-	client kubernetes.Interface
+	client kube.Interface
 }
 
 // clientObjects reads each object from the apiserver, at every refresh.
-type clientObjects struct{ client kubernetes.Interface }
+type clientObjects struct{ client kube.Interface }
 
 func (c clientObjects) GetConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
 	return c.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -41,7 +41,7 @@ func (c clientObjects) GetSecret(ctx context.Context, namespace, name string) (*
 }
 
 // newObjectSource reads through objects, else through client.
-func newObjectSource(objects Objects, client kubernetes.Interface) objectSource {
+func newObjectSource(objects Objects, client kube.Interface) objectSource {
 	src := objectSource{objects: objects, client: client}
 	if objects == nil && client != nil {
 		src.objects = clientObjects{client: client}

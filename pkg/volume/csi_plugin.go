@@ -21,8 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/poddir"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 )
@@ -77,7 +77,7 @@ type volData struct {
 type csiPlugin struct {
 	// attachWait bounds a pass's wait for a volume's attachment.
 	attachWait time.Duration
-	client     kubernetes.Interface
+	client     kube.Interface
 	tokens     *tokenSource
 	drivers    *csi.Registry
 	nodeName   string
@@ -128,7 +128,7 @@ type podRef struct {
 	uid             types.UID
 }
 
-func newCSIPlugin(client kubernetes.Interface, tokens *tokenSource, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
+func newCSIPlugin(client kube.Interface, tokens *tokenSource, drivers *csi.Registry, nodeName string, layout poddir.Layout, m mounter) *csiPlugin {
 	return &csiPlugin{attachWait: csi.CallTimeout, client: client, tokens: tokens, drivers: drivers, nodeName: nodeName, layout: layout, mounter: m, volumes: map[string]*sync.Mutex{}, staged: map[string]bool{},
 		published: map[types.UID]map[string]publishedVolume{}}
 }

@@ -26,6 +26,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi/csitest"
 )
@@ -72,7 +73,7 @@ func newCSIFixture(t *testing.T, register bool, objects ...runtime.Object) *csiF
 		}
 	}
 	client := fake.NewClientset(objects...)
-	mgr, err := NewManager(Config{RootDir: t.TempDir(), Client: client, NodeName: "node-a", HugePagesDir: t.TempDir(),
+	mgr, err := NewManager(Config{RootDir: t.TempDir(), Client: kubetest.Wrap(client), NodeName: "node-a", HugePagesDir: t.TempDir(),
 		CSIDrivers: reg, mounter: fm})
 	if err != nil {
 		t.Fatal(err)

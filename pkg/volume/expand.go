@@ -14,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 )
 
@@ -62,7 +62,7 @@ func (noRecorder) Eventf(kruntime.Object, string, string, string, ...interface{}
 // and the same record of the volume.
 type expander struct {
 	plugin *csiPlugin
-	client kubernetes.Interface
+	client kube.Interface
 	rec    Recorder
 	clock  clock.Clock
 	period time.Duration
@@ -93,7 +93,7 @@ type expandState struct {
 	backoff time.Duration
 }
 
-func newExpander(plugin *csiPlugin, client kubernetes.Interface, rec Recorder, clk clock.Clock, period time.Duration) *expander {
+func newExpander(plugin *csiPlugin, client kube.Interface, rec Recorder, clk clock.Clock, period time.Duration) *expander {
 	if period <= 0 {
 		period = DefaultClaimCheckPeriod
 	}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // fakeMounter keeps a mount table in memory; nothing is mounted.
@@ -131,7 +133,7 @@ func newFixture(t *testing.T, objects ...runtime.Object) *fixture {
 	root := t.TempDir()
 	mgr, err := NewManager(Config{
 		RootDir:  root,
-		Client:   client,
+		Client:   kubetest.Wrap(client),
 		NodeName: "node-a",
 		Clock:    clk,
 		Allocatable: func() v1.ResourceList {

@@ -21,10 +21,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/poddir"
 	"github.com/nodeagent/nodeagent/pkg/volume/csi"
 )
@@ -37,7 +37,7 @@ type Config struct {
 	// Client reads configMaps, secrets and cluster trust bundles, requests
 	// service-account tokens and pod certificates. Without it those
 	// volumes fail.
-	Client kubernetes.Interface
+	Client kube.Interface
 	// Objects serves the configMaps and secrets of configMap, secret and
 	// projected volumes, read again at every refresh: a watch-fed cache
 	// (pkg/objcache) makes a refresh where nothing changed cost the

@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // fakeObjects serves configMaps and secrets from maps and counts reads.
@@ -48,7 +50,7 @@ func TestMountPodReadsObjectsThroughObjects(t *testing.T) {
 	// The client holds other contents: reads must not go to it.
 	client := fake.NewClientset(configMap("app", map[string]string{"a": "from-the-client"}))
 	mgr, err := NewManager(Config{
-		RootDir: t.TempDir(), Client: client, Objects: objects,
+		RootDir: t.TempDir(), Client: kubetest.Wrap(client), Objects: objects,
 		HugePagesDir: t.TempDir(), mounter: &fakeMounter{},
 	})
 	if err != nil {

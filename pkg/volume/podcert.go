@@ -13,10 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeagent/nodeagent/pkg/kube"
 	"github.com/nodeagent/nodeagent/pkg/volume/atomic"
 )
 
@@ -203,7 +203,7 @@ func (st podCertState) due() (time.Time, bool) {
 // on disk but the volume's files: after a restart every source starts
 // over, as with the kubelet. The lock is never held across an API call.
 type podCertSource struct {
-	client   kubernetes.Interface
+	client   kube.Interface
 	nodeName types.NodeName
 	clock    clock.PassiveClock
 	// jitter returns a random duration below max.
@@ -213,7 +213,7 @@ type podCertSource struct {
 	state map[podCertKey]podCertState
 }
 
-func newPodCertSource(client kubernetes.Interface, nodeName types.NodeName, c clock.PassiveClock) *podCertSource {
+func newPodCertSource(client kube.Interface, nodeName types.NodeName, c clock.PassiveClock) *podCertSource {
 	return &podCertSource{
 		client:   client,
 		nodeName: nodeName,

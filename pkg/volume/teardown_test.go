@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // newKernelFixture is a fixture whose mounts are real: tmpfs under the
@@ -36,7 +38,7 @@ func newKernelFixture(t *testing.T) *fixture {
 
 func mustManagerWith(t *testing.T, f *fixture, m mounter) *Manager {
 	t.Helper()
-	mgr, err := NewManager(Config{RootDir: f.root, Client: f.client, Clock: f.clock, HugePagesDir: t.TempDir(), mounter: m})
+	mgr, err := NewManager(Config{RootDir: f.root, Client: kubetest.Wrap(f.client), Clock: f.clock, HugePagesDir: t.TempDir(), mounter: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // forbiddenRetries are the waits before asking again for a pod's first
@@ -52,14 +53,14 @@ type cachedToken struct {
 // until 80% of its life, or 24 hours, has passed. The lock is never held
 // across the API call, so one pod's slow request delays no other pod.
 type tokenSource struct {
-	client kubernetes.Interface
+	client kube.Interface
 	clock  clock.PassiveClock
 
 	mu    sync.Mutex
 	cache map[tokenKey]cachedToken
 }
 
-func newTokenSource(client kubernetes.Interface, c clock.PassiveClock) *tokenSource {
+func newTokenSource(client kube.Interface, c clock.PassiveClock) *tokenSource {
 	return &tokenSource{client: client, clock: c, cache: map[tokenKey]cachedToken{}}
 }
 

@@ -11,8 +11,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
 // AnnotationNodeID is the Node annotation mapping each registered driver
@@ -27,7 +28,7 @@ const annotationMigratedPlugins = "storage.alpha.kubernetes.io/migrated-plugins"
 // APINodeInfo publishes drivers' node facts through the apiserver: the
 // nodeid annotation and topology labels on the Node, and the CSINode.
 type APINodeInfo struct {
-	Client   kubernetes.Interface
+	Client   kube.Interface
 	NodeName string
 }
 

@@ -7,6 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
 )
 
 // TestNodeInfoPublishesDrivers: the CSINode is created owned by the Node,
@@ -16,7 +18,7 @@ func TestNodeInfoPublishesDrivers(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-1",
 		Annotations: map[string]string{"other": "kept"}}})
-	info := &APINodeInfo{Client: client, NodeName: "n1"}
+	info := &APINodeInfo{Client: kubetest.Wrap(client), NodeName: "n1"}
 	if err := info.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
