@@ -207,7 +207,9 @@ func (p *csiPlugin) resolve(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (*
 	case vol.Ephemeral != nil:
 		claimName = pod.Name + "-" + vol.Name
 	}
-	pvc, err := p.client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claimName, metav1.GetOptions{})
+	pvc, err := whileForbidden(ctx, func() (*v1.PersistentVolumeClaim, error) {
+		return p.client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claimName, metav1.GetOptions{})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error processing PVC %s/%s: failed to fetch PVC from API server: %w", pod.Namespace, claimName, err)
 	}
@@ -224,7 +226,9 @@ func (p *csiPlugin) resolve(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (*
 		return nil, fmt.Errorf("error processing PVC %s/%s: PVC %s/%s has non-bound phase (%q) or empty pvc.Spec.VolumeName (%q)",
 			pod.Namespace, claimName, pod.Namespace, claimName, pvc.Status.Phase, pvc.Spec.VolumeName)
 	}
-	pv, err := p.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	pv, err := whileForbidden(ctx, func() (*v1.PersistentVolume, error) {
+		return p.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error processing PVC %s/%s: failed to fetch PV %s from API server: %w", pod.Namespace, claimName, pvc.Spec.VolumeName, err)
 	}

@@ -702,3 +702,38 @@ func TestCSIAttachmentAwaitedInThePass(t *testing.T) {
 		t.Fatalf("err = %v after %v", err, time.Since(start))
 	}
 }
+
+// The Node authorizer lets the node read a claim and its volume once its
+// own watch has the pod (and the claim bound): a refusal of a pod just
+// bound is asked again rather than reported as a failed mount.
+func TestCSIClaimForbiddenWhileAuthorizerCatchesUp(t *testing.T) {
+	saved := forbiddenRetries
+	forbiddenRetries = []time.Duration{time.Millisecond, time.Millisecond}
+	t.Cleanup(func() { forbiddenRetries = saved })
+	pvc, pv := boundClaim("claim", "pv-1")
+	f := newCSIFixture(t, true, pvc, pv, csiDriverObject(false, false))
+	refusals := map[string]int{"persistentvolumeclaims": 2, "persistentvolumes": 1}
+	gets := map[string]int{}
+	f.client.PrependReactor("get", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		res := a.GetResource().Resource
+		gets[res]++
+		if refusals[res] > 0 {
+			refusals[res]--
+			return true, nil, apierrors.NewForbidden(v1.Resource(res), "x", errors.New("no relationship found between node 'node-a' and this object"))
+		}
+		return false, nil, nil
+	})
+	if _, err := f.mgr.MountPod(context.Background(), claimPod("uid-a", "claim")); err != nil {
+		t.Fatalf("mount after refusals: %v", err)
+	}
+	if gets["persistentvolumeclaims"] != 3 || gets["persistentvolumes"] != 2 {
+		t.Errorf("gets %v, want 3 of the claim and 2 of the volume", gets)
+	}
+
+	// Refused for good: the last refusal is the error.
+	refusals["persistentvolumeclaims"] = 10
+	_, err := f.mgr.MountPod(context.Background(), claimPod("uid-b", "claim"))
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("refused for good: %v, want Forbidden", err)
+	}
+}

@@ -165,16 +165,30 @@ func (s *tokenSource) forget(uid types.UID) {
 // createToken requests the token; a pod's first one is asked again after
 // each of forbiddenRetries while the apiserver answers Forbidden.
 func (s *tokenSource) createToken(ctx context.Context, namespace, account string, req *authenticationv1.TokenRequest, first bool) (*authenticationv1.TokenRequest, error) {
+	create := func() (*authenticationv1.TokenRequest, error) {
+		return s.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, account, req, metav1.CreateOptions{})
+	}
+	if !first {
+		return create()
+	}
+	return whileForbidden(ctx, create)
+}
+
+// whileForbidden calls read again after each of forbiddenRetries while the
+// apiserver refuses it (Forbidden), and returns its last answer: what a
+// pod just bound here may read, the Node authorizer learns a moment after
+// the agent (the pod's token, its claims and their volumes).
+func whileForbidden[T any](ctx context.Context, read func() (T, error)) (T, error) {
 	for i := 0; ; i++ {
-		resp, err := s.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, account, req, metav1.CreateOptions{})
-		if err == nil || !first || !apierrors.IsForbidden(err) || i == len(forbiddenRetries) {
-			return resp, err
+		v, err := read()
+		if err == nil || !apierrors.IsForbidden(err) || i == len(forbiddenRetries) {
+			return v, err
 		}
 		t := time.NewTimer(forbiddenRetries[i])
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, err
+			return v, err
 		case <-t.C:
 		}
 	}
