@@ -12,6 +12,8 @@ import (
 
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeagent/nodeagent/pkg/atomicfile"
 )
 
 // pairTimeLayout names a stored pair after the time it was written, the
@@ -116,7 +118,7 @@ func (s *pairStore) update(certPEM, keyPEM []byte, now time.Time) (*tls.Certific
 	if err != nil {
 		return nil, fmt.Errorf("store certificate: %w", err)
 	}
-	if err := writeFileAtomic(path, data); err != nil {
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return nil, fmt.Errorf("store certificate: %w", err)
 	}
 	if err := os.Remove(s.updatingPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -129,29 +131,6 @@ func (s *pairStore) update(certPEM, keyPEM []byte, now time.Time) (*tls.Certific
 		return nil, fmt.Errorf("store certificate: %w", err)
 	}
 	return cert, nil
-}
-
-// writeFileAtomic writes data, synced, to a mode 0600 temporary file in
-// path's directory and renames it to path.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
 }
 
 // loadPair reads a certificate and key, which may be one file.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/nodeagent/nodeagent/pkg/atomicfile"
 )
 
 // StateFileName is the record, under the agent's root dir, of what the pod
@@ -53,35 +55,12 @@ func writeState(path string, s *state) error {
 	return writeFileAtomic(path, append(b, '\n'), 0o600)
 }
 
-// writeFileAtomic writes data to a temporary file beside path and renames
-// it over path, so a reader (the runtime watching the CNI directory) sees
-// the old content or the new, never a part.
+// writeFileAtomic makes path's directory and replaces the file at once: a
+// reader (the runtime watching the CNI directory) sees the old content or
+// the new, never a part.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	// A dot name: runtimes skip it while it is being written.
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // gone after a successful rename anyway
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, data, mode)
 }

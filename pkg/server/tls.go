@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nodeagent/nodeagent/pkg/atomicfile"
 	"github.com/nodeagent/nodeagent/pkg/certs"
 )
 
@@ -143,10 +144,10 @@ func ensureSelfSignedCert(dir, nodeName string, ips []net.IP, now time.Time) (ce
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("create cert dir: %w", err)
 	}
-	if err := writeFileAtomic(keyFile, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyFile, keyPEM, 0o600); err != nil {
 		return "", "", err
 	}
-	if err := writeFileAtomic(certFile, certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(certFile, certPEM, 0o644); err != nil {
 		return "", "", err
 	}
 	return certFile, keyFile, nil
@@ -190,27 +191,4 @@ func selfSignedCert(nodeName string, ips []net.IP, now time.Time) (certPEM, keyP
 	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 	return certPEM, keyPEM, nil
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nodeagent/nodeagent/pkg/atomicfile"
 )
 
 // swappableCert is a CertificateSource a test changes at will.
@@ -123,10 +125,10 @@ func TestServingCertificateFilesReloaded(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Key first, then certificate, each replaced whole, as tools do.
-		if err := writeFileAtomic(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := writeFileAtomic(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pair.Certificate[0]}), 0o644); err != nil {
+		if err := atomicfile.Write(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pair.Certificate[0]}), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		leaf, _ := x509.ParseCertificate(pair.Certificate[0])
