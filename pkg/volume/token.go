@@ -58,6 +58,9 @@ type tokenSource struct {
 
 	mu    sync.Mutex
 	cache map[tokenKey]cachedToken
+
+	// lag is shared with the claims' reads (csiPlugin).
+	lag authorizerLag
 }
 
 func newTokenSource(client kube.Interface, c clock.PassiveClock) *tokenSource {
@@ -171,18 +174,63 @@ func (s *tokenSource) createToken(ctx context.Context, namespace, account string
 	if !first {
 		return create()
 	}
-	return whileForbidden(ctx, create)
+	return whileForbidden(ctx, &s.lag, create)
+}
+
+// authorizerLag holds a pod's first reads back while the Node authorizer
+// is known to be behind the agent's watch. When many pods are bound at
+// once, each asked at once while the authorizer's graph lags and each
+// refused; after one refusal the others wait out the same first retry
+// instead, so a burst costs one refused request where it cost one a pod.
+// Only a pod's first refusal moves the gate, and by one first wait: a
+// pod refused for good holds no other pod back for longer than that.
+type authorizerLag struct {
+	mu    sync.Mutex
+	until time.Time
+}
+
+// refused notes a first refusal: reads begun within the first retry's
+// wait start at its end.
+func (l *authorizerLag) refused() {
+	t := time.Now().Add(forbiddenRetries[0])
+	l.mu.Lock()
+	if t.After(l.until) {
+		l.until = t
+	}
+	l.mu.Unlock()
+}
+
+// wait returns once the gate is open, or ctx is done.
+func (l *authorizerLag) wait(ctx context.Context) {
+	l.mu.Lock()
+	d := time.Until(l.until)
+	l.mu.Unlock()
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // whileForbidden calls read again after each of forbiddenRetries while the
 // apiserver refuses it (Forbidden), and returns its last answer: what a
 // pod just bound here may read, the Node authorizer learns a moment after
-// the agent (the pod's token, its claims and their volumes).
-func whileForbidden[T any](ctx context.Context, read func() (T, error)) (T, error) {
+// the agent (the pod's token, its claims and their volumes). lag, shared
+// by all pods, holds the first attempt back while another pod's was
+// refused a moment ago.
+func whileForbidden[T any](ctx context.Context, lag *authorizerLag, read func() (T, error)) (T, error) {
+	lag.wait(ctx)
 	for i := 0; ; i++ {
 		v, err := read()
 		if err == nil || !apierrors.IsForbidden(err) || i == len(forbiddenRetries) {
 			return v, err
+		}
+		if i == 0 {
+			lag.refused()
 		}
 		t := time.NewTimer(forbiddenRetries[i])
 		select {

@@ -88,6 +88,63 @@ func TestTokenErrors(t *testing.T) {
 	}
 }
 
+// While 100 pods are bound at once the Node authorizer's graph lags them
+// all: after one pod's first token is refused, another pod's first request
+// waits out the same retry instead of being refused in turn.
+func TestTokenRefusalHoldsOtherPodsBack(t *testing.T) {
+	saved := forbiddenRetries
+	forbiddenRetries = []time.Duration{200 * time.Millisecond, time.Millisecond}
+	t.Cleanup(func() { forbiddenRetries = saved })
+	forbidden := apierrors.NewForbidden(v1.Resource("serviceaccounts"), "default",
+		errors.New("no relationship found between node 'node-a' and this object"))
+	proj := &v1.ServiceAccountTokenProjection{Path: "t"}
+	ctx := context.Background()
+
+	f := newFixture(t)
+	f.tokens.failNext = []error{forbidden}
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.mgr.tokens.token(ctx, basePod(), proj)
+		first <- err
+	}()
+	attempts := func() int {
+		f.tokens.mu.Lock()
+		defer f.tokens.mu.Unlock()
+		return f.tokens.attempts
+	}
+	for deadline := time.Now().Add(5 * time.Second); attempts() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first pod's request was never sent")
+		}
+	}
+	// The refusal is noted just after the reactor answers it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mgr.tokens.lag.mu.Lock()
+		noted := !f.mgr.tokens.lag.until.IsZero()
+		f.mgr.tokens.lag.mu.Unlock()
+		if noted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refusal never moved the gate")
+		}
+	}
+	start := time.Now()
+	other := basePod(func(p *v1.Pod) { p.Name, p.UID = "other", "uid-2" })
+	if _, err := f.mgr.tokens.token(ctx, other, proj); err != nil {
+		t.Fatalf("second pod: %v", err)
+	}
+	if waited := time.Since(start); waited < 100*time.Millisecond {
+		t.Errorf("second pod's request sent after %v, want it held until the first retry", waited)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first pod after one refusal: %v", err)
+	}
+	if n := attempts(); n != 3 {
+		t.Errorf("%d requests, want 3: the refused one, its retry, the other pod's", n)
+	}
+}
+
 // The Node authorizer refuses a pod's token until its own watch has the
 // pod bound here: a pod's first token is asked again for a moment; a
 // refusal of another kind, or of a later token, is not.
