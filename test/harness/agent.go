@@ -116,12 +116,17 @@ func (c *Config) AgentKubeconfig() string { return c.path("pki", "kubelet.conf")
 // AgentCertDir is the node agent's --cert-dir, where bootstrapped certificates go.
 func (c *Config) AgentCertDir() string { return c.path("agent", "pki") }
 
+// AgentBuildTags are the build tags of the agent's binary, as the Makefile's
+// AGENT_TAGS: grpcnotrace leaves out gRPC's golang.org/x/net/trace, whose
+// html/template makes the linker keep every exported method of every type.
+const AgentBuildTags = "grpcnotrace"
+
 // AgentBinary builds nodeagent from the repository into the run dir.
 // It says nothing unless the go tool compiles something: a cached build only links.
 func (c *Config) AgentBinary(ctx context.Context) (string, error) {
 	out := c.path("bin", "nodeagent")
 	p := c.startQuietBuild("nodeagent", "nodeagent")
-	err := runBuild(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, p, "go", "build", "-v", "-o", out, "./cmd/nodeagent")
+	err := runBuild(ctx, c.RepoDir, []string{"CGO_ENABLED=0"}, p, "go", "build", "-v", "-tags", AgentBuildTags, "-o", out, "./cmd/nodeagent")
 	p.end(err)
 	if err != nil {
 		return "", err
