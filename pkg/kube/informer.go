@@ -20,7 +20,8 @@ type ListerWatcher[L runtime.Object] interface {
 // them), indexed by namespace like client-go's generated informers, with
 // no resync. tweak, if not nil, edits every list and watch request (a
 // field selector). client tells whether the server side streams the
-// initial list (a fake does not).
+// initial list (a fake does not). The objects are kept without their
+// managedFields (StripManagedFields).
 func NewInformer[L runtime.Object](client Interface, r ListerWatcher[L], example runtime.Object, tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -36,8 +37,26 @@ func NewInformer[L runtime.Object](client Interface, r ListerWatcher[L], example
 			return r.Watch(ctx, opts)
 		},
 	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), example, 0,
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), example, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := inf.SetTransform(StripManagedFields); err != nil {
+		panic(err) // only once the informer has started
+	}
+	return inf
+}
+
+// StripManagedFields drops an object's managedFields, the server-side
+// apply bookkeeping nothing in the agent reads: a pod's are a few
+// kilobytes of JSON field sets (its creator's, the scheduler's, the
+// agent's own status patches), kept for every pod of the node and copied
+// with it. Deletion tombstones pass through.
+func StripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		if om := m.GetObjectMeta(); om != nil {
+			om.SetManagedFields(nil)
+		}
+	}
+	return obj, nil
 }
 
 // Start runs the informers until ctx ends; the function it returns waits
