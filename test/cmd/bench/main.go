@@ -53,6 +53,9 @@ type options struct {
 	// running, after the hold's figures (so not in them), in the first round of each pod
 	// count: what a node of N settled pods costs, which a start profile mixes in.
 	profileRunning bool
+	// profiling marks the extra nodeagent round of a pod count that takes the profiles
+	// above; its figures are not kept.
+	profiling bool
 }
 
 func main() {
@@ -66,9 +69,9 @@ func main() {
 	flag.StringVar(&o.outDir, "out", "bench/results", "directory for the JSON results")
 	flag.BoolVar(&o.probe, "probe", false, "give every pod an exec readiness probe run each second (the probes' cost shows in CPU with pods)")
 	flag.BoolVar(&o.pvc, "pvc", false, "give every pod a fresh 1Mi claim of the hostpath CSI driver's StorageClass ("+harness.CSIHostpathStorageClass+"), mounted; the cluster runs the driver (one more pod); sides nodeagent,kubelet")
-	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of its first round, of each pod count (bench/results/nodeagent-cpu-<N>pods.pprof)")
-	flag.BoolVar(&o.heap, "heap", false, "write nodeagent's heap profile (in use after a GC) at the end of its hold with N pods running, first round of each pod count (bench/results/nodeagent-heap-<N>pods.pprof)")
-	flag.BoolVar(&o.profileRunning, "profile-running", false, "after the hold with N pods running, take a CPU profile of nodeagent over one more hold with them running, first round of each pod count (bench/results/nodeagent-cpu-running-<N>pods.pprof)")
+	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of one more nodeagent round after the others (its figures not counted), of each pod count (bench/results/nodeagent-cpu-<N>pods.pprof)")
+	flag.BoolVar(&o.heap, "heap", false, "write nodeagent's heap profile (in use after a GC) at the end of its hold with N pods running, in the profiling round of each pod count (bench/results/nodeagent-heap-<N>pods.pprof)")
+	flag.BoolVar(&o.profileRunning, "profile-running", false, "after the hold with N pods running, take a CPU profile of nodeagent over one more hold with them running, in the profiling round of each pod count (bench/results/nodeagent-cpu-running-<N>pods.pprof)")
 	flag.Parse()
 	sidesSet, nSet := false, false
 	flag.Visit(func(f *flag.Flag) {
@@ -201,6 +204,22 @@ func measurePods(ctx context.Context, cfg *harness.Config, cs kubernetes.Interfa
 			results[side] = r
 		}
 	}
+	// The profiles in a round of their own: the profiler's buffers and signals would be
+	// in nodeagent's figures only, the kubelet's taken without.
+	if (o.profile > 0 || o.heap || o.profileRunning) && slices.Contains(o.sides, harness.AgentNodeagent) && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "bench: profiling round: %s, %d pods (not counted)\n", harness.AgentNodeagent, o.n)
+		po := o
+		po.profiling = true
+		var discard sideResult
+		if err := measure(ctx, cfg, harness.AgentNodeagent, po, &discard); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: profiling round: %v\n", err)
+			_ = cs.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, *metav1.NewDeleteOptions(0), metav1.ListOptions{})
+			if o.pvc {
+				_ = cs.CoreV1().PersistentVolumeClaims(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			}
+			_ = cfg.SwitchAgent(ctx, harness.AgentNone)
+		}
+	}
 	return results
 }
 
@@ -241,16 +260,16 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	pid := cfg.AgentPid()
 	pids := cfg.Pids()
 	// The idle hold doubles as the new agent's settling time.
-	cpu0, _ := cpuSeconds(pid)
+	cpu0, _ := runSeconds(pid)
 	idle, err := auditedHold(ctx, cfg.AuditLog(), o.hold)
 	if err != nil {
 		return err
 	}
-	cpu1, _ := cpuSeconds(pid)
+	cpu1, _ := runSeconds(pid)
 	rssIdle, _, _, _ := memory(pid)
 	mark := markAudit(cfg.AuditLog())
 	profiled := make(chan error, 1)
-	if side == harness.AgentNodeagent && o.profile > 0 && len(r.Rounds) == 0 {
+	if o.profiling && o.profile > 0 {
 		go func() {
 			profiled <- cpuProfile(ctx, cs, o.profile, filepath.Join(o.outDir, fmt.Sprintf("nodeagent-cpu-%dpods.pprof", o.n)))
 		}()
@@ -268,23 +287,23 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	res, err := startupRound(ctx, cs, rt, w, func() error {
 		held.rss, _, held.anon, _ = memory(pid)
 		calls0 := runtimeCalls(ctx, cfg)
-		c0, _ := cpuSeconds(pid)
+		c0, _ := runSeconds(pid)
 		h0 := time.Now()
 		var err error
 		if held.requests, err = auditedHold(ctx, cfg.AuditLog(), o.hold); err != nil {
 			return err
 		}
-		c1, _ := cpuSeconds(pid)
+		c1, _ := runSeconds(pid)
 		held.cpu = c1 - c0
 		held.calls = perMinute(callsBetween(calls0, runtimeCalls(ctx, cfg)), time.Since(h0))
-		if side == harness.AgentNodeagent && o.heap && len(r.Rounds) == 0 {
+		if o.profiling && o.heap {
 			// After the hold's figures: the profile's GC and transfer are not in them.
 			path := filepath.Join(o.outDir, fmt.Sprintf("nodeagent-heap-%dpods.pprof", o.n))
 			if err := heapProfile(ctx, cs, path); err != nil {
 				fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			}
 		}
-		if side == harness.AgentNodeagent && o.profileRunning && len(r.Rounds) == 0 {
+		if o.profiling && o.profileRunning {
 			// One CPU profile at a time: the start's must have ended.
 			perr := <-profiled
 			profiled <- perr
