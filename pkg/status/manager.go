@@ -184,26 +184,38 @@ func (m *Manager) poke() {
 	}
 }
 
-// Run writes statuses until ctx ends.
+// Run writes statuses until ctx ends: when one is set, and when a failed
+// write's back-off ends. Nothing wakes it otherwise: an idle node's status
+// manager sleeps (it ticked twice a second before).
 func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("status")
 	ctx = klog.NewContext(ctx, logger)
-	t := m.cfg.Clock.NewTicker(retryInitial)
-	defer t.Stop()
 	for {
+		var due <-chan time.Time
+		var timer clock.Timer
+		if next := m.writeDue(ctx); !next.IsZero() {
+			timer = m.cfg.Clock.NewTimer(max(next.Sub(m.cfg.Clock.Now()), 0))
+			due = timer.C()
+		}
 		select {
 		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
 			return nil
 		case <-m.wake:
-		case <-t.C():
+		case <-due:
 		}
-		m.writeDue(ctx)
+		if timer != nil {
+			timer.Stop()
+		}
 	}
 }
 
 // writeDue writes every status that changed since its last write and is
-// not waiting out a retry back-off.
-func (m *Manager) writeDue(ctx context.Context) {
+// not waiting out a retry back-off, and returns when the earliest of those
+// waiting is due (zero if none waits).
+func (m *Manager) writeDue(ctx context.Context) (next time.Time) {
 	type job struct {
 		e       *entry
 		st      v1.PodStatus
@@ -249,6 +261,22 @@ func (m *Manager) writeDue(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now = m.cfg.Clock.Now()
+	for _, e := range m.pods {
+		if e.version == e.written {
+			continue
+		}
+		at := e.retryAt
+		if at.IsZero() {
+			at = now // set while the writes ran: its wake-up is on the way too
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
 }
 
 // errGone means the pod object is gone or was replaced: nothing to write.

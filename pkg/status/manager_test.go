@@ -2,12 +2,17 @@ package status
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodeagent/nodeagent/pkg/kube/kubetest"
@@ -152,4 +157,69 @@ func TestManagerWritesStaticPodStatusToItsMirror(t *testing.T) {
 	if _, err := pods.Get(ctx, static.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the mirror pod is gone: %v", err)
 	}
+}
+
+// Run writes a status when it is set and again when a failed write's
+// back-off ends, and sleeps in between: no timer runs while nothing waits.
+func TestRunRetriesAfterBackoffAndSleepsOtherwise(t *testing.T) {
+	p := pod(v1.RestartPolicyAlways)
+	m, client := newManager(t, p)
+	clock := m.cfg.Clock.(*clocktesting.FakeClock)
+	var mu sync.Mutex
+	patches := 0
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		patches++
+		if patches == 1 {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is down"))
+		}
+		return false, nil, nil
+	})
+	seen := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return patches
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	// Nothing set: Run waits without a timer.
+	time.Sleep(20 * time.Millisecond)
+	if clock.HasWaiters() {
+		t.Error("a timer runs with nothing to write")
+	}
+	m.Set(p, v1.PodStatus{Phase: v1.PodRunning})
+	waitFor("the first write", func() bool { return seen() == 1 })
+	waitFor("the retry's timer", clock.HasWaiters)
+	clock.Step(retryInitial - time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if n := seen(); n != 1 {
+		t.Fatalf("%d writes before the back-off ended, want 1", n)
+	}
+	clock.Step(time.Millisecond)
+	waitFor("the retry", func() bool { return seen() == 2 })
+	got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != v1.PodRunning {
+		t.Errorf("status after the retry: %+v", got.Status)
+	}
+	waitFor("the timer to go once the status is written", func() bool { return !clock.HasWaiters() })
 }
