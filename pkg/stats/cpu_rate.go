@@ -62,6 +62,14 @@ func (r *cpuRates) observe(key string, at time.Time, usage uint64) *uint64 {
 	return &v
 }
 
+// seenSince says whether key was read after t.
+func (r *cpuRates) seenSince(key string, t time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.state[key]
+	return ok && s.lastSeen.After(t)
+}
+
 // forget drops the state of keys not read since before now-forgetAfter.
 func (r *cpuRates) forget(now time.Time) {
 	r.mu.Lock()

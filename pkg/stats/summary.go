@@ -261,15 +261,25 @@ func (p *Provider) Run(ctx context.Context) error {
 	}
 }
 
+// housekeep reads the cgroups whose CPU rates no Summary has read in the
+// last interval (less a tenth, for the tickers' drift): the eviction
+// manager asks for a Summary every 10 s, the housekeeping's period, and it
+// reads the same files.
 func (p *Provider) housekeep(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	now := p.cfg.Clock.Now()
-	if u, err := p.cgroups.read("/"); err == nil {
-		p.rates.observe(rootKey, now, u.cpu)
-	} else {
-		logger.V(2).Info("Reading the root cgroup failed", "err", err.Error())
+	recent := now.Add(-p.cfg.HousekeepingInterval * 9 / 10)
+	if !p.rates.seenSince(rootKey, recent) {
+		if u, err := p.cgroups.read("/"); err == nil {
+			p.rates.observe(rootKey, now, u.cpu)
+		} else {
+			logger.V(2).Info("Reading the root cgroup failed", "err", err.Error())
+		}
 	}
 	for _, sc := range p.systemContainers() {
+		if p.rates.seenSince(cgroupKey(sc.cgroup), recent) {
+			continue
+		}
 		if u, err := p.cgroups.read(sc.cgroup); err == nil {
 			p.rates.observe(cgroupKey(sc.cgroup), now, u.cpu)
 		}
@@ -278,7 +288,7 @@ func (p *Provider) housekeep(ctx context.Context) {
 	if p.cfg.PodCgroup != nil {
 		for _, pod := range pods {
 			path, err := p.cfg.PodCgroup(pod)
-			if err != nil {
+			if err != nil || p.rates.seenSince(cgroupKey(path), recent) {
 				continue
 			}
 			if u, err := p.cgroups.read(path); err == nil {

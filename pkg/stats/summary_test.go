@@ -504,3 +504,25 @@ func TestVolumeCacheForgetsPods(t *testing.T) {
 		t.Errorf("volumes of a pod gone: %+v", got)
 	}
 }
+
+// The eviction manager's Summary every 10 s reads the cgroups the
+// housekeeping would: what a Summary read within the interval is not read
+// again.
+func TestHousekeepingSkipsWhatASummaryJustRead(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	if _, err := f.provider.Summary(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	read := f.clock.Now()
+	f.clock.Step(time.Second)
+	f.provider.housekeep(ctx)
+	if !f.provider.rates.seenSince(rootKey, read.Add(-time.Nanosecond)) || f.provider.rates.seenSince(rootKey, read) {
+		t.Error("the root cgroup read again a second after a Summary read it")
+	}
+	f.clock.Step(10 * time.Second)
+	f.provider.housekeep(ctx)
+	if !f.provider.rates.seenSince(rootKey, read) {
+		t.Error("the root cgroup not read an interval after the last Summary")
+	}
+}
