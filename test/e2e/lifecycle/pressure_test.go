@@ -91,13 +91,10 @@ func (e *evictionSuite) imageGCByUsage(t *testing.T) {
 	pct := func(used int64) int { return 100 - int((capacity-used)*100/capacity) }
 	// The high threshold just below the usage with B: crossed by B's pull, not before.
 	high := pct(usedB) - 1
-	// The low threshold's bytes to free (capacity×(100−low)/100 − available): more than
-	// removing every other image frees, their content and their unpacked snapshots (as
-	// much again: twice what the runtime counts of them), and half of what removing A
-	// frees (what pulling it cost). GC, oldest first, must then take A and stop there.
-	// (With the others counted once, removing them and a dead container's layer reached
-	// the low threshold alone: both big images left, now and then.)
-	need := 2*others + costA/2
+	// Free the others and half of one big image (as the runtime counts images, by their
+	// content: their unpacked snapshots free as much again): the low threshold's bytes to
+	// free are capacity×(100−low)/100 − available.
+	need := others + sizeA/2
 	low := 100 - int((need+capacity-usedB)*100/capacity)
 	if pct(used1) >= high || low <= 0 || low >= high || pct(usedB) >= 80 {
 		t.Fatalf("no thresholds fit: capacity %d, used %d before A, %d with A (%d%%), %d with B (%d%%); high %d%%, low %d%%",
