@@ -18,7 +18,7 @@ import (
 // a call <ReflectMethod>.
 func TestBinaryKeepsNoMethodForReflection(t *testing.T) {
 	if testing.Short() {
-		t.Skip("links the agent")
+		t.Skip("-short: this test links the whole agent")
 	}
 	cmd := exec.Command("go", "build", "-tags", "grpcnotrace", "-ldflags=-dumpdep", "-o", filepath.Join(t.TempDir(), "nodeagent"), ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -199,15 +199,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
-			return nil
 		case <-m.wake:
 		case <-due:
 		}
 		if timer != nil {
 			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
 }

@@ -44,13 +44,13 @@ type options struct {
 	// cluster runs the driver, and there is no floor.
 	pvc bool
 	// profile, when set, is the length of a CPU profile of nodeagent taken from the start
-	// of its first round of each pod count, written beside the JSON results.
+	// of the profiling round of each pod count, written beside the JSON results.
 	profile time.Duration
 	// heap writes nodeagent's heap profile at the end of its hold with the pods running,
-	// in the first round of each pod count, beside the JSON results.
+	// in the profiling round of each pod count, beside the JSON results.
 	heap bool
 	// profileRunning takes a CPU profile of nodeagent over one more hold with the N pods
-	// running, after the hold's figures (so not in them), in the first round of each pod
+	// running, after the hold's figures (so not in them), in the profiling round of each pod
 	// count: what a node of N settled pods costs, which a start profile mixes in.
 	profileRunning bool
 	// profiling marks the extra nodeagent round of a pod count that takes the profiles
@@ -194,12 +194,7 @@ func measurePods(ctx context.Context, cfg *harness.Config, cs kubernetes.Interfa
 			if err := measure(ctx, cfg, side, o, &r); err != nil {
 				r.Errors = append(r.Errors, fmt.Sprintf("round %d: %v", round+1, err))
 				fmt.Fprintf(os.Stderr, "bench: %s round %d: %v\n", side, round+1, err)
-				// Leave an empty runtime and apiserver for the next side.
-				_ = cs.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, *metav1.NewDeleteOptions(0), metav1.ListOptions{})
-				if o.pvc {
-					_ = cs.CoreV1().PersistentVolumeClaims(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-				}
-				_ = cfg.SwitchAgent(ctx, harness.AgentNone)
+				emptyNode(ctx, cfg, cs, o.pvc)
 			}
 			results[side] = r
 		}
@@ -213,14 +208,19 @@ func measurePods(ctx context.Context, cfg *harness.Config, cs kubernetes.Interfa
 		var discard sideResult
 		if err := measure(ctx, cfg, harness.AgentNodeagent, po, &discard); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: profiling round: %v\n", err)
-			_ = cs.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, *metav1.NewDeleteOptions(0), metav1.ListOptions{})
-			if o.pvc {
-				_ = cs.CoreV1().PersistentVolumeClaims(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-			}
-			_ = cfg.SwitchAgent(ctx, harness.AgentNone)
+			emptyNode(ctx, cfg, cs, o.pvc)
 		}
 	}
 	return results
+}
+
+// emptyNode leaves an empty runtime and apiserver for the next side after a failed round.
+func emptyNode(ctx context.Context, cfg *harness.Config, cs kubernetes.Interface, pvc bool) {
+	_ = cs.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, *metav1.NewDeleteOptions(0), metav1.ListOptions{})
+	if pvc {
+		_ = cs.CoreV1().PersistentVolumeClaims(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	}
+	_ = cfg.SwitchAgent(ctx, harness.AgentNone)
 }
 
 // measure runs one round of one side and adds its figures to r.
