@@ -82,14 +82,19 @@ func ParseEndpoint(endpoint string) (target, socket string, err error) {
 	return "unix://" + filepath.Clean(path), filepath.Clean(path), nil
 }
 
-// answerBuffers hold the runtime's answers as gRPC reads them, at every
-// power of two from 256 B to 1 MiB. gRPC's default pool jumps from 32 KiB
-// to 1 MiB, so each list of the containers of 100 pods took a buffer of
-// 1 MiB: the PLEG's relists held 2.3 MB of the agent's 11.5 MB heap
-// (BENCHMARKS.md, the heap profile at 100 pods).
-var answerBuffers = func() mem.BufferPool {
-	exps := make([]uint8, 0, 13)
-	for e := uint8(8); e <= 20; e++ {
+// answerBuffers hold the answers gRPC reads, the runtime's and the CSI
+// drivers': the default pool, which the proto codec takes its buffers from
+// whatever the connection's pool (so it is set in init). Frames and
+// small answers come from pools at every power of two from 256 B to 64 KiB;
+// an answer over 64 KiB (the PLEG's list of the containers of 100 pods is
+// some 150 KB, every second) gets a buffer of its own size that the garbage
+// collector takes back. Pooled, those buffers stayed live from one list to
+// the next and counted twice in the heap the collector lets grow (2.2 MB of
+// a 12-MB heap at 100 pods with pools up to 1 MiB, BENCHMARKS.md); gRPC's
+// default pool jumps from 32 KiB to 1 MiB.
+var answerBuffers mem.BufferPool = smallPooled{pool: func() mem.BufferPool {
+	exps := make([]uint8, 0, 9)
+	for e := uint8(8); e <= maxPooledExp; e++ {
 		exps = append(exps, e)
 	}
 	p, err := mem.NewBinaryTieredBufferPool(exps...)
@@ -97,7 +102,31 @@ var answerBuffers = func() mem.BufferPool {
 		panic(err)
 	}
 	return p
-}()
+}()}
+
+func init() { experimental.SetDefaultBufferPool(answerBuffers) }
+
+// maxPooledExp is the largest pooled buffer's size, as a power of two.
+const maxPooledExp = 16
+
+// smallPooled pools buffers up to 1<<maxPooledExp bytes and allocates the
+// larger ones.
+type smallPooled struct{ pool mem.BufferPool }
+
+func (p smallPooled) Get(n int) *[]byte {
+	if n > 1<<maxPooledExp {
+		b := make([]byte, n)
+		return &b
+	}
+	return p.pool.Get(n)
+}
+
+func (p smallPooled) Put(b *[]byte) {
+	if cap(*b) > 1<<maxPooledExp {
+		return
+	}
+	p.pool.Put(b)
+}
 
 // NewClient validates the endpoint and prepares a connection. It does not
 // wait for the runtime: use Version to check that it answers.
@@ -117,7 +146,6 @@ func NewClient(cfg Config) (*Client, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithChainUnaryInterceptor(cfg.Interceptors...),
-		experimental.WithBufferPool(answerBuffers),
 	}
 	for _, h := range cfg.StatsHandlers {
 		opts = append(opts, grpc.WithStatsHandler(h))
