@@ -46,8 +46,9 @@ type cpuSample struct {
 	// busy is the whole machine's busy CPU seconds since boot, over all cores.
 	busy  float64
 	cores int
-	// procs is each daemon's CPU seconds (utime + stime) by its pid file's name; a daemon
-	// that could not be read is missing.
+	// procs is each daemon's CPU seconds by its pid file's name, from its threads'
+	// schedstat (runSeconds: an agent starting ten pods runs for a dozen 10-ms ticks, too
+	// few to count per pod in ticks); a daemon that could not be read is missing.
 	procs map[string]float64
 	// all is every process's CPU, for the breakdown of compElse (elsesplit.go).
 	all map[procKey]procCPU
@@ -95,7 +96,7 @@ func sampleCPU(pids map[string]int) (cpuSample, error) {
 				continue
 			}
 			daemons[pid] = true
-			if v, err := cpuSeconds(pid); err == nil {
+			if v, err := runSeconds(pid); err == nil {
 				s.procs[name] = v
 			}
 		}
