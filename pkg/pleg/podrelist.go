@@ -102,15 +102,11 @@ func (p *PLEG) relistPending(ctx context.Context) error {
 
 // podOfObject is the pod of a sandbox or container the PLEG has seen.
 func (p *PLEG) podOfObject(id string) (types.UID, bool) {
-	if e, ok := p.containers[id]; ok && e.st != nil {
-		if uid := e.st.GetLabels()[runtime.LabelPodUID]; uid != "" {
-			return types.UID(uid), true
-		}
+	if e, ok := p.containers[id]; ok && e.pod != "" {
+		return e.pod, true
 	}
-	if e, ok := p.sandboxes[id]; ok && e.st != nil {
-		if uid := e.st.GetLabels()[runtime.LabelPodUID]; uid != "" {
-			return types.UID(uid), true
-		}
+	if e, ok := p.sandboxes[id]; ok && e.pod != "" {
+		return e.pod, true
 	}
 	return "", false
 }

@@ -84,16 +84,55 @@ type PLEG struct {
 	lastStart time.Time
 }
 
+// The entries keep of a status what the relist reads of it (kept): the
+// runtime's whole answers (labels, annotations, mounts, namespace options)
+// were 6 KB a pod of the agent's live heap.
 type sandboxEntry struct {
 	state runtimeapi.PodSandboxState
-	st    *runtimeapi.PodSandboxStatus
+	st    *runtimeapi.PodSandboxStatus // kept; nil when it could not be read
+	pod   types.UID
 }
 
 type containerEntry struct {
 	state runtimeapi.ContainerState
-	st    *runtimeapi.ContainerStatus
+	st    *runtimeapi.ContainerStatus // kept; nil when it could not be read
+	pod   types.UID
 	// message is an exited container's termination message, read once.
 	message string
+}
+
+// keptSandbox is what SandboxFromCRI reads of a sandbox's status: its
+// addresses.
+func keptSandbox(st *runtimeapi.PodSandboxStatus) *runtimeapi.PodSandboxStatus {
+	if st == nil {
+		return nil
+	}
+	out := &runtimeapi.PodSandboxStatus{}
+	if n := st.GetNetwork(); n != nil {
+		out.Network = &runtimeapi.PodSandboxNetworkStatus{Ip: n.GetIp(), AdditionalIps: n.GetAdditionalIps()}
+	}
+	return out
+}
+
+// keptContainer is what ContainerFromCRI reads of a container's status.
+func keptContainer(st *runtimeapi.ContainerStatus) *runtimeapi.ContainerStatus {
+	if st == nil {
+		return nil
+	}
+	out := &runtimeapi.ContainerStatus{
+		State: st.GetState(), StartedAt: st.GetStartedAt(), FinishedAt: st.GetFinishedAt(),
+		ExitCode: st.GetExitCode(), Reason: st.GetReason(), Message: st.GetMessage(),
+		ImageRef: st.GetImageRef(),
+	}
+	if img := st.GetImage().GetImage(); img != "" {
+		out.Image = &runtimeapi.ImageSpec{Image: img}
+	}
+	if u := st.GetUser().GetLinux(); u != nil {
+		out.User = &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{
+			Uid: u.GetUid(), Gid: u.GetGid(), SupplementalGroups: u.GetSupplementalGroups(),
+		}}
+	}
+	return out
 }
 
 // New builds a PLEG.
@@ -256,8 +295,9 @@ func (p *PLEG) collect(ctx context.Context, sbs []*runtimeapi.PodSandbox, cs []*
 		e, ok := p.sandboxes[sb.GetId()]
 		if !ok || e.state != sb.GetState() {
 			e = sandboxEntry{state: sb.GetState()}
-			if resp, err := p.cfg.Runtime.PodSandboxStatus(ctx, sb.GetId(), false); err == nil {
-				e.st = resp.GetStatus()
+			if resp, err := p.cfg.Runtime.PodSandboxStatus(ctx, sb.GetId(), false); err == nil && resp.GetStatus() != nil {
+				e.st = keptSandbox(resp.GetStatus())
+				e.pod = types.UID(resp.GetStatus().GetLabels()[runtime.LabelPodUID])
 			}
 		}
 		seenSB[sb.GetId()] = e
@@ -269,9 +309,10 @@ func (p *PLEG) collect(ctx context.Context, sbs []*runtimeapi.PodSandbox, cs []*
 		e, ok := p.containers[c.GetId()]
 		if !ok || e.state != c.GetState() || e.st == nil {
 			e = containerEntry{state: c.GetState()}
-			if resp, err := p.cfg.Runtime.ContainerStatus(ctx, c.GetId(), false); err == nil {
-				e.st = resp.GetStatus()
-				e.message = runtime.TerminationMessage(e.st)
+			if resp, err := p.cfg.Runtime.ContainerStatus(ctx, c.GetId(), false); err == nil && resp.GetStatus() != nil {
+				e.st = keptContainer(resp.GetStatus())
+				e.pod = types.UID(resp.GetStatus().GetLabels()[runtime.LabelPodUID])
+				e.message = runtime.TerminationMessage(resp.GetStatus())
 			}
 		}
 		seenC[c.GetId()] = e
