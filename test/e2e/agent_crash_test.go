@@ -228,12 +228,13 @@ func TestLeftoversOfAKilledAgentCollected(t *testing.T) {
 // and a preStop hook) are created, and some deleted, and each burst the agent is killed at a
 // random moment — inside a sandbox's creation, a volume's set-up, a create or a start, a
 // hook, a termination — and started again at once. In the end no running container was
-// restarted: every pod left is Running and Ready with restartCount 0 everywhere (or 1 for
-// a container whose predecessor never ran: a kill inside StartContainer cancels the start
-// itself, as the runtime aborts a start whose caller went away, and any agent then makes
-// the container anew, the kubelet counting it as a restart too; such a predecessor has no
+// restarted: every pod left is Running and Ready with restartCount 0 everywhere (or more
+// for a container whose predecessors never ran: a kill inside StartContainer cancels the
+// start itself, as containerd aborts a start whose caller went away — on a slow machine a
+// start takes seconds, and a burst's kill lands in one often — and any agent then makes
+// the container anew, the kubelet counting it as a restart too; such predecessors have no
 // termination to show, where a running container killed and replaced leaves its last
-// state terminated), holds
+// state terminated, and one left running is a second container of its name), holds
 // exactly one ready sandbox in the runtime and one container of each name, and the runtime
 // holds nothing of the pods deleted.
 func TestAgentKilledAtEveryStep(t *testing.T) {
@@ -301,9 +302,9 @@ func TestAgentKilledAtEveryStep(t *testing.T) {
 	for _, pod := range live {
 		got := waitPod(t, pod, 4*time.Minute, runningAndReady)
 		for _, s := range append(append([]corev1.ContainerStatus{}, got.Status.InitContainerStatuses...), got.Status.ContainerStatuses...) {
-			neverRan := s.RestartCount == 1 && s.LastTerminationState == (corev1.ContainerState{})
+			neverRan := s.RestartCount > 0 && s.LastTerminationState == (corev1.ContainerState{})
 			if neverRan {
-				t.Logf("pod %s container %s: restartCount 1 with no last state: its first container's start was cut by a kill and never ran", pod.Name, s.Name)
+				t.Logf("pod %s container %s: restartCount %d with no last state: starts cut by kills, never ran", pod.Name, s.Name, s.RestartCount)
 			}
 			if s.RestartCount != 0 && !neverRan {
 				t.Errorf("pod %s container %s: restartCount %d (last state %+v), want 0", pod.Name, s.Name, s.RestartCount, s.LastTerminationState)
