@@ -88,10 +88,10 @@ func ParseEndpoint(endpoint string) (target, socket string, err error) {
 // small answers come from pools at every power of two from 256 B to 64 KiB;
 // an answer over 64 KiB (the PLEG's list of the containers of 100 pods is
 // some 150 KB, every second) gets a buffer of its own size that the garbage
-// collector takes back. Pooled, those buffers stayed live from one list to
-// the next and counted twice in the heap the collector lets grow (2.2 MB of
-// a 12-MB heap at 100 pods with pools up to 1 MiB, BENCHMARKS.md); gRPC's
-// default pool jumps from 32 KiB to 1 MiB.
+// collector takes back. Pooled in gRPC's default tiers (32 KiB, then
+// 1 MiB), two 1-MiB buffers stayed live from one list to the next: 2.2 MB
+// of a 9-MB live heap at 100 pods, counted twice in the heap the collector
+// lets grow (BENCHMARKS.md, the night's runs).
 var answerBuffers mem.BufferPool = smallPooled{pool: func() mem.BufferPool {
 	exps := make([]uint8, 0, 9)
 	for e := uint8(8); e <= maxPooledExp; e++ {
