@@ -95,6 +95,22 @@ func (c *Client) StartContainer(ctx context.Context, containerID string) error {
 	return nil
 }
 
+// StartedElsewhere says whether err, from StartContainer, is the runtime
+// refusing a container that is no longer one to start: another start of
+// it is under way, or has ended (containerd's words for both). An agent
+// killed inside a start leaves the runtime to finish it, so its successor
+// can find the container created and race that start; the outcome shows
+// in the runtime's next answer, and is no failure of this start.
+func StartedElsewhere(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "container is already in starting state") ||
+		strings.Contains(msg, "container is in CONTAINER_RUNNING state") ||
+		strings.Contains(msg, "container is in CONTAINER_EXITED state")
+}
+
 // StopContainer sends the stop signal, waits up to timeout seconds, then
 // kills the container. The call itself may take that long, so its own
 // deadline is the grace period plus the usual call timeout.

@@ -83,3 +83,39 @@ func TestFailedStartIsReplacedNotRetried(t *testing.T) {
 		t.Errorf("failed starts still recorded after the container's removal: %v", h.w.state.failedStarts)
 	}
 }
+
+// TestStartRacingAKilledAgentsStartWaits: the new agent's start of a
+// container left created meets the killed agent's start still under way in
+// the runtime. That is no failed start: no StartError, no Failed event, and
+// the container is not replaced once the runtime shows it running.
+func TestStartRacingAKilledAgentsStartWaits(t *testing.T) {
+	pod := basePod(func(p *v1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] })
+	h := newHarness(t, pod)
+	id := leaveCreated(t, h, pod)
+	h.events()
+
+	h.w = h.d.newWorker(pod)
+	h.rt.InjectError("StartContainer", errors.New(`rpc error: code = Unknown desc = failed to set starting state for container "`+id+`": container is already in starting state`))
+	h.sync(pod, false)
+	if len(h.w.state.failedStarts) != 0 {
+		t.Fatalf("failed starts recorded for a start under way elsewhere: %v", h.w.state.failedStarts)
+	}
+	if ev := h.events(); strings.Contains(ev, "Failed") {
+		t.Errorf("events = %q, want no Failed", ev)
+	}
+	if w := h.status.last.ContainerStatuses[0].State.Waiting; w != nil && w.Reason == reasonStartError {
+		t.Errorf("status waiting %+v, want no %s", w, reasonStartError)
+	}
+
+	// The earlier start ends: the container runs, and is kept.
+	h.rt.Lock()
+	h.rt.Containers[id].State = runtimeapi.ContainerState_CONTAINER_RUNNING
+	h.rt.Unlock()
+	h.sync(pod, false)
+	h.rt.Lock()
+	n, c := len(h.rt.Containers), h.rt.Containers[id]
+	h.rt.Unlock()
+	if n != 1 || c == nil || c.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("after the earlier start ended: %d containers, the one left created is %+v; want it alone and running", n, c)
+	}
+}

@@ -368,6 +368,13 @@ func (p *pass) startCreated(ctx context.Context, c *v1.Container, init bool, id 
 	ref := containerRef(p.pod, c, init)
 	p.changed = true
 	err := w.timed(ctx, "startContainer:"+c.Name, func(ctx context.Context) error { return w.deps.runtime.StartContainer(ctx, id) })
+	if runtime.StartedElsewhere(err) {
+		// A killed agent's start of it, still under way in the runtime or
+		// just ended: the runtime's next answer says how it went.
+		klog.FromContext(ctx).V(2).Info("Container being started by an earlier call", "container", c.Name, "containerID", id, "err", err)
+		p.wait(time.Second)
+		return
+	}
 	if err != nil {
 		p.out.startsFailed = append(p.out.startsFailed, id)
 		p.failed(ctx, c, ref, reasonStartError, err, time.Second)
