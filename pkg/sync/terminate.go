@@ -68,6 +68,11 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}
 	sidecars := map[string]*runtime.ContainerStatus{}
+	// The containers stopped together: all but the last on goroutines of
+	// their own, the last on this one (most pods have one container, and a
+	// node deleting a hundred pods would otherwise hold a hundred more
+	// stacks deep in gRPC while their stops last).
+	var together []*runtime.ContainerStatus
 	for _, c := range observed.Containers {
 		if c.State != runtime.ContainerRunning && c.State != runtime.ContainerCreated && c.State != runtime.ContainerUnknown {
 			continue
@@ -78,6 +83,13 @@ func (w *Worker) killPod(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 				sidecars[c.Name] = c
 				continue
 			}
+		}
+		together = append(together, c)
+	}
+	for i, c := range together {
+		if i == len(together)-1 {
+			stop(c, grace)
+			break
 		}
 		wg.Add(1)
 		go func() {

@@ -177,7 +177,7 @@ func TestCSIClaimStagedOncePublishedPerPod(t *testing.T) {
 			t.Errorf("%s left behind: %v", p, err)
 		}
 	}
-	if mps, _ := f.fm.mountPoints(); len(mps) != 0 {
+	if mps, _ := f.fm.mountPoints(""); len(mps) != 0 {
 		t.Errorf("mounts left: %v", mps)
 	}
 }

@@ -28,7 +28,7 @@ func (p *csiPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, error)
 	// A volume this run published and that is still mounted needs nothing,
 	// not even a read of its claim, unless its driver wants republishing.
 	if v, ok := p.lookup(req.pod.UID, req.vol.Name); ok && !v.republish {
-		mps, err := p.mounter.mountPoints()
+		mps, err := p.mounter.mountPoints(v.target)
 		if err != nil {
 			return Mount{}, err
 		}
@@ -152,7 +152,7 @@ func (p *csiPlugin) recordInUse(op *csiPublish) (published bool, err error) {
 	cv, target, staging := op.cv, op.record.target, op.record.staging
 	unlock := p.lockVolume(cv.driver, cv.handle)
 	defer unlock()
-	mps, err := p.mounter.mountPoints()
+	mps, err := p.mounter.mountPoints(target)
 	if err != nil {
 		return false, err
 	}

@@ -96,7 +96,7 @@ func (p *emptyDirPlugin) isSetUp(dir string, medium v1.StorageMedium) (bool, err
 	if medium == v1.StorageMediumDefault {
 		return true, nil
 	}
-	mps, err := p.mounter.mountPoints()
+	mps, err := p.mounter.mountPoints(dir)
 	if err != nil {
 		return false, err
 	}
@@ -194,7 +194,7 @@ func (p *emptyDirPlugin) ensureHugePages(dir string, medium v1.StorageMedium, po
 	if err != nil {
 		return err
 	}
-	mps, err := p.mounter.mountPoints()
+	mps, err := p.mounter.mountPoints(dir)
 	if err != nil {
 		return err
 	}

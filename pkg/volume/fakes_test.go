@@ -65,10 +65,16 @@ func (f *fakeMounter) mountedAt(dir string) (string, bool, error) {
 	return mp.fstype, ok, nil
 }
 
-func (f *fakeMounter) mountPoints() ([]mountPoint, error) {
+func (f *fakeMounter) mountPoints(under string) ([]mountPoint, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]mountPoint(nil), f.table...), nil
+	var out []mountPoint
+	for _, mp := range f.table {
+		if under == "" || isAtOrBelow(mp.path, under) {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
 }
 
 // tokenReactor answers TokenRequests with a numbered token valid for the

@@ -28,7 +28,7 @@ func TestParseMountInfo(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseMountInfo(strings.NewReader(tc.line + "\n"))
+			got, err := parseMountInfo(strings.NewReader(tc.line+"\n"), "")
 			if tc.wantErr {
 				if err == nil {
 					t.Fatalf("parsed %+v", got)
@@ -76,7 +76,62 @@ func TestKernelMountedAt(t *testing.T) {
 	if err := ensureTmpfs(m, dir, nil, 0); err != nil {
 		t.Fatalf("ensureTmpfs on the tmpfs already there: %v", err)
 	}
-	if mps, _ := m.mountPoints(); len(mountsUnder(mps, dir)) != 1 {
+	if mps, _ := m.mountPoints(""); len(mountsUnder(mps, dir)) != 1 {
 		t.Fatalf("ensureTmpfs mounted again: %v", mountsUnder(mps, dir))
+	}
+}
+
+func TestParseMountInfoKeepsWhatIsUnder(t *testing.T) {
+	in := "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n" +
+		"30 22 0:40 / /r/pods/a rw - tmpfs tmpfs rw\n" +
+		"31 30 0:41 / /r/pods/a/v\\040x rw shared:3 - tmpfs tmpfs rw\n" +
+		"32 22 0:42 / /r/pods/ab rw - tmpfs tmpfs rw\n" +
+		"33 22 0:43 / /r/pods\\040a/v rw - tmpfs tmpfs rw\n" +
+		"34 30 0:44 / /r/pods/a/w rw - tmpfs tmpfs rw\n"
+	for _, tc := range []struct {
+		under string
+		want  []string
+	}{
+		{"", []string{"/", "/r/pods/a", "/r/pods/a/v x", "/r/pods/ab", "/r/pods a/v", "/r/pods/a/w"}},
+		{"/r/pods/a", []string{"/r/pods/a", "/r/pods/a/v x", "/r/pods/a/w"}},
+		{"/r/pods/a/v x", []string{"/r/pods/a/v x"}},
+		{"/r/pods a", []string{"/r/pods a/v"}},
+		{"/r/pods/b", nil},
+	} {
+		mps, err := parseMountInfo(strings.NewReader(in), tc.under)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, mp := range mps {
+			got = append(got, mp.path)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("under %q: %q, want %q", tc.under, got, tc.want)
+		}
+	}
+	if mps, err := parseMountInfo(strings.NewReader("garbage line\n"), "/r"); err == nil {
+		t.Errorf("a malformed line under a filter parsed as %+v", mps)
+	}
+}
+
+// BenchmarkParseMountInfoUnder reads a node's table of 100 pods (four
+// mounts each) for one pod's volume, as each teardown does.
+func BenchmarkParseMountInfoUnder(b *testing.B) {
+	var sb strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&sb, "%d 29 0:%d / /run/containerd/io.containerd.runtime.v2.task/k8s.io/%064d/rootfs rw,relatime - overlay overlay rw,lowerdir=/var/lib/containerd/snapshots/1/fs,upperdir=/var/lib/containerd/snapshots/%d/fs,workdir=/var/lib/containerd/snapshots/%d/work\n", 100+4*i, 50+i, i, i, i)
+		fmt.Fprintf(&sb, "%d 29 0:%d / /run/containerd/io.containerd.grpc.v1.cri/sandboxes/%064d/shm rw,nosuid,nodev,noexec,relatime shared:%d - tmpfs shm rw,size=65536k\n", 101+4*i, 200+i, i, 300+i)
+		fmt.Fprintf(&sb, "%d 29 0:%d / /var/lib/nodeagent/pods/0000-%04d/volumes/kubernetes.io~projected/kube-api-access-x rw,relatime shared:%d - tmpfs tmpfs rw,size=4096k\n", 102+4*i, 400+i, i, 500+i)
+		fmt.Fprintf(&sb, "%d 29 0:%d / /run/netns/cni-%d rw shared:%d - nsfs nsfs rw\n", 103+4*i, 600+i, i, 700+i)
+	}
+	table := sb.String()
+	dir := "/var/lib/nodeagent/pods/0000-0042/volumes/kubernetes.io~projected/kube-api-access-x"
+	b.ReportAllocs()
+	for b.Loop() {
+		mps, err := parseMountInfo(strings.NewReader(table), dir)
+		if err != nil || len(mps) != 1 {
+			b.Fatal(len(mps), err)
+		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 // restarted agent changes nothing.
 func (m *Manager) MakeRootShared() error {
 	root := m.layout.Root()
-	mps, err := m.mounter.mountPoints()
+	mps, err := m.mounter.mountPoints("")
 	if err != nil {
 		return err
 	}

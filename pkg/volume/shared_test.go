@@ -52,7 +52,7 @@ func TestParseMountInfoShared(t *testing.T) {
 	in := "27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n" +
 		"28 27 0:25 / /private rw,relatime - tmpfs tmpfs rw\n" +
 		"29 27 0:26 / /slave rw master:1 - tmpfs tmpfs rw\n"
-	mps, err := parseMountInfo(strings.NewReader(in))
+	mps, err := parseMountInfo(strings.NewReader(in), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func (m *Manager) PrepareSubPath(ctx context.Context, req SubPathRequest) (strin
 	defer unlock()
 
 	target := m.layout.Pod(req.PodUID).SubPath(req.Volume, req.Container, req.MountIndex)
-	mps, err := m.mounter.mountPoints()
+	mps, err := m.mounter.mountPoints(target)
 	if err != nil {
 		return "", err
 	}

@@ -89,7 +89,7 @@ func TestPrepareSubPath(t *testing.T) {
 		}
 	})
 	must(f.mgr.UnmountPod(ctx, pod.UID))
-	mps, _ := kernelMounter{}.mountPoints()
+	mps, _ := kernelMounter{}.mountPoints("")
 	if left := mountsUnder(mps, f.root); len(left) != 0 {
 		t.Errorf("mounts left: %+v", left)
 	}

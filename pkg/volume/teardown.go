@@ -16,7 +16,7 @@ func removeDir(m mounter, dir string) error {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	mps, err := m.mountPoints()
+	mps, err := m.mountPoints(dir)
 	if err != nil {
 		return err
 	}
@@ -25,7 +25,7 @@ func removeDir(m mounter, dir string) error {
 			return err
 		}
 	}
-	mps, err = m.mountPoints()
+	mps, err = m.mountPoints(dir)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func newKernelFixture(t *testing.T) *fixture {
 		secret("creds", map[string]string{"pass": "p"}))
 	f.mgr = mustManagerWith(t, f, kernelMounter{})
 	t.Cleanup(func() {
-		mps, err := kernelMounter{}.mountPoints()
+		mps, err := kernelMounter{}.mountPoints("")
 		if err != nil {
 			t.Error(err)
 			return
@@ -69,7 +69,7 @@ func TestKernelMountUnmountLeavesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mps, _ := kernelMounter{}.mountPoints()
+		mps, _ := kernelMounter{}.mountPoints("")
 		cache, ok := findMount(mps, mounts["cache"].HostPath)
 		if !ok || cache.fstype != "tmpfs" || !strings.Contains(cache.superOpts, "size=16384k") {
 			t.Fatalf("memory emptyDir mount = %+v, %v", cache, ok)
@@ -90,7 +90,7 @@ func TestKernelMountUnmountLeavesNothing(t *testing.T) {
 			t.Fatalf("second unmount: %v", err)
 		}
 	}
-	mps, _ := kernelMounter{}.mountPoints()
+	mps, _ := kernelMounter{}.mountPoints("")
 	if left := mountsUnder(mps, f.root); len(left) != 0 {
 		t.Errorf("mounts left: %+v", left)
 	}
@@ -118,7 +118,7 @@ func TestKernelReconstructAfterRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mounts["cache"].HostPath, "work"), []byte("w"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := kernelMounter{}.mountPoints()
+	before, _ := kernelMounter{}.mountPoints("")
 
 	// The agent restarts: a new Manager over the same root.
 	restarted := mustManagerWith(t, f, kernelMounter{})
@@ -152,7 +152,7 @@ func TestKernelReconstructAfterRestart(t *testing.T) {
 	if _, err := restarted.MountPod(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := kernelMounter{}.mountPoints()
+	after, _ := kernelMounter{}.mountPoints("")
 	if len(mountsUnder(after, f.root)) != len(mountsUnder(before, f.root)) {
 		t.Errorf("mounts changed across restart: %d -> %d", len(mountsUnder(before, f.root)), len(mountsUnder(after, f.root)))
 	}

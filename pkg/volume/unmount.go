@@ -172,7 +172,7 @@ func (m *Manager) Reconstruct(ctx context.Context) ([]ReconstructedPod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reconstruct volumes: %w", err)
 	}
-	mps, err := m.mounter.mountPoints()
+	mps, err := m.mounter.mountPoints(m.layout.Root())
 	if err != nil {
 		return nil, fmt.Errorf("reconstruct volumes: %w", err)
 	}
