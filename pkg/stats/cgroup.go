@@ -1,13 +1,15 @@
 package stats
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 )
 
@@ -74,7 +76,7 @@ func (r cgroupReader) readV1(path string) (cgroupUsage, error) {
 	if u.memUsage, err = readUint(filepath.Join(memDir, "memory.usage_in_bytes")); err != nil {
 		return u, err
 	}
-	stat, err := readKeyValues(filepath.Join(memDir, "memory.stat"))
+	stat, err := readKeyValues(filepath.Join(memDir, "memory.stat"), "total_inactive_file", "total_rss", "total_pgfault", "total_pgmajfault")
 	if err != nil {
 		return u, err
 	}
@@ -100,7 +102,7 @@ func (r cgroupReader) readV2(path string) (cgroupUsage, error) {
 		return u, err
 	}
 	u.created = changeTime(fi)
-	cpu, err := readKeyValues(filepath.Join(dir, "cpu.stat"))
+	cpu, err := readKeyValues(filepath.Join(dir, "cpu.stat"), "usage_usec")
 	if err != nil {
 		return u, err
 	}
@@ -109,7 +111,7 @@ func (r cgroupReader) readV2(path string) (cgroupUsage, error) {
 		return u, fmt.Errorf("%s: no usage_usec", filepath.Join(dir, "cpu.stat"))
 	}
 	u.cpu = usec * 1000
-	stat, err := readKeyValues(filepath.Join(dir, "memory.stat"))
+	stat, err := readKeyValues(filepath.Join(dir, "memory.stat"), "inactive_file", "anon", "pgfault", "pgmajfault")
 	if err != nil && !(path == "/" && errors.Is(err, os.ErrNotExist)) {
 		return u, err
 	}
@@ -132,7 +134,7 @@ func (r cgroupReader) readV2(path string) (cgroupUsage, error) {
 			u.rss = mi["AnonPages"]
 		}
 		if stat == nil {
-			stat, _ = readKeyValues(filepath.Join(r.proc.root, "vmstat"))
+			stat, _ = readKeyValues(filepath.Join(r.proc.root, "vmstat"), "pgfault", "pgmajfault")
 		}
 		u.pageFaults, u.majorFaults = stat["pgfault"], stat["pgmajfault"]
 		return u, nil
@@ -151,42 +153,92 @@ func (r cgroupReader) readV2(path string) (cgroupUsage, error) {
 
 // readUint reads a file holding one number; "max" reads as MaxUint64.
 func readUint(path string) (uint64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return 0, fmt.Errorf("%s: %w", path, errNoCgroup)
+	var v uint64
+	err := withFile(path, func(data []byte) error {
+		s := bytes.TrimSpace(data)
+		if string(s) == "max" {
+			v = math.MaxUint64
+			return nil
 		}
-		return 0, err
+		var err error
+		if v, err = strconv.ParseUint(string(s), 10, 64); err != nil {
+			return fmt.Errorf("parse %s: %w", path, err)
+		}
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("%s: %w", path, errNoCgroup)
 	}
-	s := strings.TrimSpace(string(data))
-	if s == "max" {
-		return math.MaxUint64, nil
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", path, err)
-	}
-	return v, nil
+	return v, err
 }
 
-// readKeyValues reads a flat keyed file ("key value" per line), such as
-// memory.stat or cpu.stat.
-func readKeyValues(path string) (map[string]uint64, error) {
-	data, err := os.ReadFile(path)
+// readKeyValues reads the given keys of a flat keyed file ("key value"
+// per line), such as memory.stat or cpu.stat; a key the file lacks, or
+// whose value is no number, is not in the map.
+func readKeyValues(path string, keys ...string) (map[string]uint64, error) {
+	out := make(map[string]uint64, len(keys))
+	err := withFile(path, func(data []byte) error {
+		for len(data) > 0 {
+			var line []byte
+			line, data, _ = bytes.Cut(data, []byte{'\n'})
+			k, v, ok := bytes.Cut(bytes.TrimSpace(line), []byte{' '})
+			if !ok {
+				continue
+			}
+			for _, want := range keys {
+				if string(k) != want {
+					continue
+				}
+				if n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+					out[want] = n
+				}
+				break
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]uint64{}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
+	return out, nil
+}
+
+// smallFiles lends the buffers that cgroup and proc files are read into:
+// each round of the housekeeping reads a few for every pod and container,
+// and os.ReadFile's buffer for each was garbage at once.
+var smallFiles = sync.Pool{New: func() any {
+	b := make([]byte, 0, 8192)
+	return &b
+}}
+
+// withFile reads the file at path into a lent buffer and hands its
+// content to use, which must not keep it.
+func withFile(path string, use func([]byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	bp := smallFiles.Get().(*[]byte)
+	b := (*bp)[:0]
+	defer func() {
+		*bp = b[:0]
+		smallFiles.Put(bp)
+	}()
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
 		}
-		if v, err := strconv.ParseUint(f[1], 10, 64); err == nil {
-			out[f[0]] = v
+		n, err := f.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return use(b)
 }
 
 func subFloor(a, b uint64) uint64 {

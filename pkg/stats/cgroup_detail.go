@@ -41,7 +41,7 @@ func (r cgroupReader) detailV1(path string) cgroupDetail {
 	if _, err := os.Stat(cpuDir); err != nil {
 		cpuDir = filepath.Join(r.mount, "cpu,cpuacct", path)
 	}
-	if st, err := readKeyValues(filepath.Join(cpuDir, "cpu.stat")); err == nil {
+	if st, err := readKeyValues(filepath.Join(cpuDir, "cpu.stat"), "nr_periods", "nr_throttled", "throttled_time"); err == nil {
 		d.cfs = &CFSStats{Periods: st["nr_periods"], ThrottledPeriods: st["nr_throttled"], ThrottledNanoseconds: st["throttled_time"]}
 	}
 	if period, err := readUint(filepath.Join(cpuDir, "cpu.cfs_period_us")); err == nil {
@@ -61,7 +61,7 @@ func (r cgroupReader) detailV1(path string) cgroupDetail {
 			d.memLimit = ptr(v)
 		}
 	}
-	if st, err := readKeyValues(filepath.Join(memDir, "memory.stat")); err == nil {
+	if st, err := readKeyValues(filepath.Join(memDir, "memory.stat"), "total_cache"); err == nil {
 		if v, ok := st["total_cache"]; ok {
 			d.cache = ptr(v)
 		}
@@ -69,7 +69,7 @@ func (r cgroupReader) detailV1(path string) cgroupDetail {
 	if v, err := readUint(filepath.Join(memDir, "memory.max_usage_in_bytes")); err == nil {
 		d.maxUsage = ptr(v)
 	}
-	if st, err := readKeyValues(filepath.Join(memDir, "memory.oom_control")); err == nil {
+	if st, err := readKeyValues(filepath.Join(memDir, "memory.oom_control"), "oom_kill"); err == nil {
 		if v, ok := st["oom_kill"]; ok {
 			d.oomKills = ptr(v)
 		}
@@ -87,7 +87,7 @@ func (r cgroupReader) detailV1(path string) cgroupDetail {
 func (r cgroupReader) detailV2(path string) cgroupDetail {
 	var d cgroupDetail
 	dir := filepath.Join(r.mount, path)
-	if st, err := readKeyValues(filepath.Join(dir, "cpu.stat")); err == nil {
+	if st, err := readKeyValues(filepath.Join(dir, "cpu.stat"), "nr_periods", "nr_throttled", "throttled_usec"); err == nil {
 		if _, ok := st["nr_periods"]; ok {
 			d.cfs = &CFSStats{Periods: st["nr_periods"], ThrottledPeriods: st["nr_throttled"], ThrottledNanoseconds: st["throttled_usec"] * 1000}
 		}
@@ -107,7 +107,7 @@ func (r cgroupReader) detailV2(path string) cgroupDetail {
 		if v, err := readUint(filepath.Join(dir, "memory.max")); err == nil {
 			d.memLimit = ptr(v)
 		}
-		if st, err := readKeyValues(filepath.Join(dir, "memory.stat")); err == nil {
+		if st, err := readKeyValues(filepath.Join(dir, "memory.stat"), "file"); err == nil {
 			if v, ok := st["file"]; ok {
 				d.cache = ptr(v)
 			}
@@ -115,7 +115,7 @@ func (r cgroupReader) detailV2(path string) cgroupDetail {
 		if v, err := readUint(filepath.Join(dir, "memory.peak")); err == nil {
 			d.maxUsage = ptr(v)
 		}
-		if st, err := readKeyValues(filepath.Join(dir, "memory.events")); err == nil {
+		if st, err := readKeyValues(filepath.Join(dir, "memory.events"), "oom_kill"); err == nil {
 			if v, ok := st["oom_kill"]; ok {
 				d.oomKills = ptr(v)
 			}
