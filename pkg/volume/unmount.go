@@ -172,7 +172,7 @@ func (m *Manager) Reconstruct(ctx context.Context) ([]ReconstructedPod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reconstruct volumes: %w", err)
 	}
-	mps, err := m.mounter.mountPoints(m.layout.Root())
+	mps, err := m.mounter.mountPoints(m.layout.PodsDir())
 	if err != nil {
 		return nil, fmt.Errorf("reconstruct volumes: %w", err)
 	}
