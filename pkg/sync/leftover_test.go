@@ -30,14 +30,21 @@ func leaveCreated(t *testing.T, h *harness, pod *v1.Pod) string {
 	return ""
 }
 
-func TestRestartedAgentStartsContainerLeftCreated(t *testing.T) {
+// restartedAfterLeftCreated is a one-container pod whose container an
+// agent killed between create and start left created, and a new agent's
+// worker for it, which knows nothing of the failed start.
+func restartedAfterLeftCreated(t *testing.T) (*harness, *v1.Pod, string) {
+	t.Helper()
 	pod := basePod(func(p *v1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] })
 	h := newHarness(t, pod)
 	id := leaveCreated(t, h, pod)
 	h.events()
-
-	// A new agent knows nothing of the failed start.
 	h.w = h.d.newWorker(pod)
+	return h, pod, id
+}
+
+func TestRestartedAgentStartsContainerLeftCreated(t *testing.T) {
+	h, pod, id := restartedAfterLeftCreated(t)
 	h.sync(pod, false)
 	h.rt.Lock()
 	n, c := len(h.rt.Containers), h.rt.Containers[id]
@@ -89,12 +96,7 @@ func TestFailedStartIsReplacedNotRetried(t *testing.T) {
 // the runtime. That is no failed start: no StartError, no Failed event, and
 // the container is not replaced once the runtime shows it running.
 func TestStartRacingAKilledAgentsStartWaits(t *testing.T) {
-	pod := basePod(func(p *v1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] })
-	h := newHarness(t, pod)
-	id := leaveCreated(t, h, pod)
-	h.events()
-
-	h.w = h.d.newWorker(pod)
+	h, pod, id := restartedAfterLeftCreated(t)
 	h.rt.InjectError("StartContainer", errors.New(`rpc error: code = Unknown desc = failed to set starting state for container "`+id+`": container is already in starting state`))
 	h.sync(pod, false)
 	if len(h.w.state.failedStarts) != 0 {
