@@ -1,8 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,5 +56,71 @@ func TestRunSecondsOfABusyLoop(t *testing.T) {
 	}
 	if d := (r1 - r0) - (c1 - c0); d < -0.05 || d > 0.05 {
 		t.Errorf("run time %.3f s, clock ticks %.3f s: more than a few ticks apart", r1-r0, c1-c0)
+	}
+}
+
+// A thread that ends between two readings keeps its time in the second: a goroutine
+// that locks its thread and returns without unlocking it ends the thread with it (as
+// containerd's network namespace work does).
+func TestRunSecondsKeepsAnEndedThreadsTime(t *testing.T) {
+	pid := os.Getpid()
+	r0, err := runSeconds(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type burnt struct {
+		tid     int
+		seconds float64
+	}
+	burn := func() burnt {
+		done := make(chan burnt)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			tid := syscall.Gettid()
+			ran := func() float64 {
+				data, err := os.ReadFile("/proc/thread-self/schedstat")
+				if err != nil {
+					return 0
+				}
+				ns, _ := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
+				return float64(ns) / 1e9
+			}
+			// The thread may have run before the goroutine took it: what it
+			// ran before counts in the first reading.
+			from, used := ran(), 0.0
+			for deadline := time.Now().Add(30 * time.Second); used < 0.3 && time.Now().Before(deadline); used = ran() - from {
+				for start := time.Now(); time.Since(start) < 10*time.Millisecond; {
+				}
+			}
+			done <- burnt{tid, used}
+		}()
+		return <-done
+	}
+	b := burn()
+	if b.tid == pid {
+		// Go keeps the main thread (it is wedged, not ended): again, elsewhere, from a
+		// reading that has the main thread's time.
+		if r0, err = runSeconds(pid); err != nil {
+			t.Fatal(err)
+		}
+		b = burn()
+	}
+	if b.seconds < 0.3 {
+		t.Fatalf("the thread ran %.3f s, not 0.3 s, in 30 s", b.seconds)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, b.tid)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d still there 10 s after its goroutine returned", b.tid)
+		}
+	}
+	r1, err := runSeconds(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1-r0 < b.seconds-0.02 {
+		t.Errorf("run time grew by %.3f s while a thread that has ended ran %.3f s", r1-r0, b.seconds)
 	}
 }
