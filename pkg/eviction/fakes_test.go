@@ -70,17 +70,36 @@ func ctrStats(name string, mem, rootfs, logs int64) statsapi.ContainerStats {
 	}
 }
 
-// fakeStats answers with its summaries in turn, the last one again.
+// fakeStats answers with its summaries in turn, the last one again;
+// NodeSummary takes its turn too, and answers without the pods.
 type fakeStats struct {
 	mu        gosync.Mutex
 	summaries []*statsapi.Summary
 	calls     int
 	err       error
+	// withPods and nodeOnly count the calls of each kind.
+	withPods, nodeOnly int
 }
 
 func (f *fakeStats) Summary(context.Context, bool) (*statsapi.Summary, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.withPods++
+	return f.next()
+}
+
+func (f *fakeStats) NodeSummary(context.Context) (*statsapi.Summary, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nodeOnly++
+	s, err := f.next()
+	if err != nil {
+		return nil, err
+	}
+	return &statsapi.Summary{Node: s.Node}, nil
+}
+
+func (f *fakeStats) next() (*statsapi.Summary, error) {
 	if f.err != nil {
 		return nil, f.err
 	}

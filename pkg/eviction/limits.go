@@ -66,6 +66,19 @@ func overLimits(pods []*v1.Pod, usage podUsage, dedicatedImageFs bool) []limitBr
 	return out
 }
 
+// hasLocalStorageLimit says whether overLimits can find the pod over a
+// limit: it has an emptyDir with a sizeLimit, or an ephemeral-storage
+// limit on a container (the pod's limit is their sum).
+func hasLocalStorageLimit(pod *v1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil && v.EmptyDir.SizeLimit.Sign() > 0 {
+			return true
+		}
+	}
+	_, ok := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})[v1.ResourceEphemeralStorage]
+	return ok
+}
+
 // emptyDirOverLimit: an emptyDir volume holding more than its sizeLimit.
 // Memory-backed ones are checked too, as the kubelet does with
 // InPlacePodVerticalScalingMemoryBackedVolumes at its default (off); their

@@ -292,3 +292,43 @@ func limitSignal(msg string) string {
 	}
 	return signalEphemeralContainerFsLimit
 }
+
+// The pods are measured only when something uses their figures: a pod whose local storage
+// limits are checked, or a threshold met (to rank them). A node without either is measured
+// without its pods.
+func TestPodsMeasuredOnlyWhenTheirFiguresAreUsed(t *testing.T) {
+	f := newFixture(t, []Threshold{nodefsHard(0.1)}, DiskLayout{}, func(c *Config) { c.LocalStorageCapacityIsolation = true })
+	plain, sized, limited := pod("plain", "", "", 0), pod("sized", "", "", 0), pod("limited", "", "", 0)
+	sized.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: qty("10Mi")}}}}
+	limited.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("10Mi")}
+	calm := summary(nodeStats{fsAvail: 90 * mi, fsCap: 100 * mi}, podStats(plain, 0, ctrStats("c", 0, 1*mi, 0)))
+	f.stats.summaries = []*statsapi.Summary{calm}
+
+	f.pods.pods = []*v1.Pod{plain}
+	if p := f.syncAll(t); len(p) != 0 {
+		t.Fatalf("evicted %s from a calm node", names(p))
+	}
+	if f.stats.withPods != 0 || f.stats.nodeOnly != 1 {
+		t.Errorf("a calm node without limits: %d summaries with the pods, %d without; want 0 and 1", f.stats.withPods, f.stats.nodeOnly)
+	}
+	for _, p := range []*v1.Pod{sized, limited} {
+		f.pods.pods = []*v1.Pod{plain, p}
+		before := f.stats.withPods
+		f.syncAll(t)
+		if f.stats.withPods != before+1 || f.stats.nodeOnly != 1 {
+			t.Errorf("with %s: %d summaries with the pods (was %d), %d without; want one more with them", p.Name, f.stats.withPods, before, f.stats.nodeOnly)
+		}
+	}
+	// Under pressure, with no pod limited.
+	f = newFixture(t, []Threshold{nodefsHard(0.1)}, DiskLayout{}, func(c *Config) { c.LocalStorageCapacityIsolation = true })
+	small, big := pod("small", "", "", 0), pod("big", "", "", 0)
+	f.pods.pods = []*v1.Pod{small, big}
+	f.stats.summaries = []*statsapi.Summary{summary(nodeStats{fsAvail: 5 * mi, fsCap: 100 * mi},
+		podStats(small, 0, ctrStats("c", 0, 1*mi, 0)), podStats(big, 0, ctrStats("c", 0, 30*mi, 0)))}
+	if p := f.sync(t); p == nil || p.Name != "big" {
+		t.Fatalf("evicted %v under pressure, want big: the pods measured to rank them", p)
+	}
+	if f.stats.nodeOnly != 1 || f.stats.withPods == 0 {
+		t.Errorf("under pressure: %d summaries without the pods, %d with; want 1 and some", f.stats.nodeOnly, f.stats.withPods)
+	}
+}

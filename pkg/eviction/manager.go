@@ -64,6 +64,8 @@ const reasonThresholdMet = "EvictionThresholdMet"
 // Stats measures the node and its pods (*stats.Provider).
 type Stats interface {
 	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error)
+	// NodeSummary is a Summary without its pods.
+	NodeSummary(ctx context.Context) (*statsapi.Summary, error)
 }
 
 // Pods are the pods the agent runs (*sync.Dispatcher).
@@ -263,7 +265,16 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 	}
 
 	pods := m.cfg.Pods.ActivePods()
-	summary, err := m.cfg.Stats.Summary(ctx, false)
+	// The pods' own figures are read only when something will use them:
+	// a pod whose local storage limits are checked, or a threshold met (to
+	// rank the pods). Otherwise the node's alone: every 10 s, a Summary of
+	// 250 pods is some 500 cgroup reads and the runtime's stats of each.
+	withPods := m.cfg.LocalStorageCapacityIsolation && slices.ContainsFunc(pods, hasLocalStorageLimit)
+	measure := m.cfg.Stats.NodeSummary
+	if withPods {
+		measure = func(ctx context.Context) (*statsapi.Summary, error) { return m.cfg.Stats.Summary(ctx, false) }
+	}
+	summary, err := measure(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("measure the node: %w", err)
 	}
@@ -281,7 +292,7 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 		logger.V(3).Info("Node under pressure", "conditions", v.next.conditions)
 	}
 	usage := usageOf(summary.Pods)
-	if m.cfg.LocalStorageCapacityIsolation {
+	if withPods {
 		var evicted []*v1.Pod
 		for _, b := range overLimits(pods, usage, m.layout.DedicatedImageFs) {
 			// As the kubelet: no DisruptionTarget for a pod over its own limit.
@@ -314,6 +325,14 @@ func (m *Manager) synchronize(ctx context.Context) ([]*v1.Pod, error) {
 	if len(pods) == 0 {
 		logger.Error(nil, "Eviction thresholds are met, but no pod is running to evict", "resourceName", res)
 		return nil, nil
+	}
+	if !withPods {
+		// Measured after any reclaim above, the pods as they are now.
+		summary, err := m.cfg.Stats.Summary(ctx, false)
+		if err != nil {
+			return nil, fmt.Errorf("measure the pods: %w", err)
+		}
+		usage = usageOf(summary.Pods)
 	}
 	pods = slices.Clone(pods)
 	rank(pods, usage)

@@ -148,3 +148,46 @@ func TestCgroupV2RootWithoutMemoryStat(t *testing.T) {
 		t.Errorf("root from /proc = %+v", root)
 	}
 }
+
+// readCPU reads what read reads for the CPU, from its one file: v1's cpuacct
+// (or cpu,cpuacct where only that name is mounted), v2's cpu.stat.
+func TestReadCPU(t *testing.T) {
+	v1 := t.TempDir()
+	v1Cgroup(t, v1, "/", 5_000_000_000, 8<<30, 9223372036854771712, 2<<30, 1<<30)
+	v1Cgroup(t, v1, "/kubepods/podu1", 3_000_000, 300<<20, 512<<20, 100<<20, 150<<20)
+	comounted := t.TempDir()
+	writeFile(t, filepath.Join(comounted, "cpu,cpuacct", "kubepods", "podu4", "cpuacct.usage"), "42\n")
+	v2 := t.TempDir()
+	writeFile(t, filepath.Join(v2, "cpu.stat"), "usage_usec 7000000\n")
+	v2Cgroup(t, v2, "/kubepods/podu2", 2500, 400<<20, "max", 50<<20, 300<<20)
+	writeFile(t, filepath.Join(v2, "kubepods", "odd", "cpu.stat"), "user_usec 1\n")
+
+	for _, c := range []struct {
+		name string
+		r    cgroupReader
+		path string
+		want uint64
+	}{
+		{"v1 root", cgroupReader{mount: v1}, "/", 5_000_000_000},
+		{"v1 pod", cgroupReader{mount: v1}, "kubepods/podu1", 3_000_000},
+		{"v1 cpu,cpuacct", cgroupReader{mount: comounted}, "/kubepods/podu4", 42},
+		{"v2 root", cgroupReader{mount: v2, unified: true}, "/", 7_000_000_000},
+		{"v2 pod", cgroupReader{mount: v2, unified: true}, "/kubepods/podu2", 2_500_000},
+	} {
+		got, err := c.r.readCPU(c.path)
+		if err != nil || got != c.want {
+			t.Errorf("%s: readCPU(%q) = %d, %v; want %d", c.name, c.path, got, err, c.want)
+		}
+		if u, err := c.r.read(c.path); err == nil && u.cpu != got {
+			t.Errorf("%s: read's cpu %d, readCPU's %d", c.name, u.cpu, got)
+		}
+	}
+	for _, r := range []cgroupReader{{mount: v1}, {mount: comounted}, {mount: v2, unified: true}} {
+		if _, err := r.readCPU("/kubepods/gone"); !errors.Is(err, errNoCgroup) {
+			t.Errorf("%s: missing cgroup: %v, want errNoCgroup", r.mount, err)
+		}
+	}
+	if _, err := (cgroupReader{mount: v2, unified: true}).readCPU("/kubepods/odd"); err == nil || errors.Is(err, errNoCgroup) {
+		t.Errorf("cpu.stat without usage_usec: %v, want an error of its own", err)
+	}
+}

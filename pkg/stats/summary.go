@@ -270,8 +270,8 @@ func (p *Provider) housekeep(ctx context.Context) {
 	now := p.cfg.Clock.Now()
 	recent := now.Add(-p.cfg.HousekeepingInterval * 9 / 10)
 	if !p.rates.seenSince(rootKey, recent) {
-		if u, err := p.cgroups.read("/"); err == nil {
-			p.rates.observe(rootKey, now, u.cpu)
+		if cpu, err := p.cgroups.readCPU("/"); err == nil {
+			p.rates.observe(rootKey, now, cpu)
 		} else {
 			logger.V(2).Info("Reading the root cgroup failed", "err", err.Error())
 		}
@@ -280,8 +280,8 @@ func (p *Provider) housekeep(ctx context.Context) {
 		if p.rates.seenSince(cgroupKey(sc.cgroup), recent) {
 			continue
 		}
-		if u, err := p.cgroups.read(sc.cgroup); err == nil {
-			p.rates.observe(cgroupKey(sc.cgroup), now, u.cpu)
+		if cpu, err := p.cgroups.readCPU(sc.cgroup); err == nil {
+			p.rates.observe(cgroupKey(sc.cgroup), now, cpu)
 		}
 	}
 	pods := p.cfg.Pods()
@@ -291,13 +291,26 @@ func (p *Provider) housekeep(ctx context.Context) {
 			if err != nil || p.rates.seenSince(cgroupKey(path), recent) {
 				continue
 			}
-			if u, err := p.cgroups.read(path); err == nil {
-				p.rates.observe(cgroupKey(path), now, u.cpu)
+			if cpu, err := p.cgroups.readCPU(path); err == nil {
+				p.rates.observe(cgroupKey(path), now, cpu)
 			}
 		}
 	}
 	p.volumes.refresh(ctx, pods, p.cfg.VolumeDirs, p.cfg.VolumeStatsPeriod, p.cfg.Clock, p.cfg.Metrics)
 	p.rates.forget(now)
+}
+
+// NodeSummary is a Summary of the node alone, in full (its memory, the
+// pods' cgroup, its filesystems and the runtime's, its process limits)
+// and no pod: what the eviction manager's signals read, at a cost that
+// does not grow with the pods (a Summary lists and reads every pod and
+// container, and asks the runtime for their stats).
+func (p *Provider) NodeSummary(ctx context.Context) (*statsapi.Summary, error) {
+	node, err := p.nodeStats(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return &statsapi.Summary{Node: node}, nil
 }
 
 // Summary is what /stats/summary answers; with onlyCPUAndMemory, what
