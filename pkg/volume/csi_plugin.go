@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -90,6 +91,15 @@ type csiPlugin struct {
 	// expand grows the volumes of claims whose size grew: published ones
 	// (online) and, at their publish, the others (offline).
 	expand *expander
+
+	// inUseChanges moves each time a record of a volume in use may have
+	// changed on disk (recordInUse, tearDown: once they are done); inUse
+	// scans the disk again only then, or once its last scan is older than
+	// inUseRescan. The node's status asks every 10 s, and the scan looks
+	// into every pod's directory.
+	inUseChanges atomic.Uint64
+	inUseMu      sync.Mutex
+	inUseLast    inUseScan
 
 	mu      sync.Mutex
 	volumes map[string]*sync.Mutex // per volume (driver^handle): stage, publish and unstage in turn
@@ -484,6 +494,7 @@ func readVolData(dir string) (volData, error) {
 // tearDown unpublishes the pod's volume at dir and, when no other pod on
 // the node still uses the volume, unstages it from its global directory.
 func (p *csiPlugin) tearDown(ctx context.Context, dir string) error {
+	defer p.inUseChanged()
 	data, err := readVolData(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return removeDir(p.mounter, dir) // nothing was ever published here
@@ -573,10 +584,37 @@ func (p *csiPlugin) publishedElsewhere(driver, handle string) (bool, error) {
 	return false, nil
 }
 
+// inUseScan is one scan of the disk by inUse.
+type inUseScan struct {
+	names   []v1.UniqueVolumeName
+	changes uint64 // inUseChanges before the scan
+	at      time.Time
+	done    bool
+}
+
+// inUseRescan bounds the age of the scan inUse answers from, for records
+// changed by anything else than this run's setups and teardowns.
+const inUseRescan = time.Minute
+
+// inUseChanged says that a record of a volume in use may have changed.
+func (p *csiPlugin) inUseChanged() { p.inUseChanges.Add(1) }
+
 // inUse lists the attachable volumes recorded on disk, staged or published:
 // from before NodeStage until after NodeUnstage, so the attach/detach
-// controller never detaches a volume still mounted here.
+// controller never detaches a volume still mounted here. It answers from
+// its last scan while no record changed since.
 func (p *csiPlugin) inUse() []v1.UniqueVolumeName {
+	p.inUseMu.Lock()
+	defer p.inUseMu.Unlock()
+	changes := p.inUseChanges.Load()
+	if last := p.inUseLast; !last.done || last.changes != changes || time.Since(last.at) >= inUseRescan {
+		p.inUseLast = inUseScan{names: p.scanInUse(), changes: changes, at: time.Now(), done: true}
+	}
+	return slices.Clone(p.inUseLast.names)
+}
+
+// scanInUse reads the records of the volumes in use from the disk.
+func (p *csiPlugin) scanInUse() []v1.UniqueVolumeName {
 	patterns := []string{
 		filepath.Join(p.layout.Root(), "plugins", csiPluginName, "*", "*", volDataFile),
 		p.blockDir("*", "data", volDataFile),

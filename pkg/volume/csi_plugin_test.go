@@ -737,3 +737,47 @@ func TestCSIClaimForbiddenWhileAuthorizerCatchesUp(t *testing.T) {
 		t.Errorf("refused for good: %v, want Forbidden", err)
 	}
 }
+
+// The volumes in use are read from the disk again only when this run's setup or teardown
+// may have changed a record since the last scan, or the scan is a minute old: the node's
+// status asks every 10 s, and a scan looks into every pod's directory.
+func TestVolumesInUseScannedAgainOnlyAfterAChange(t *testing.T) {
+	f := newCSIFixture(t, true)
+	p := f.mgr.pluginByName(csiPluginName).(*csiPlugin)
+	record := func(uid, handle string) {
+		t.Helper()
+		dir := filepath.Join(f.root, "pods", uid, "volumes", "kubernetes.io~csi", "pv-"+handle)
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeVolData(dir, volData{VolumeHandle: handle, DriverName: testDriver, AttachmentID: "csi-" + handle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := func(handle string) v1.UniqueVolumeName { return uniqueVolumeName(testDriver, handle) }
+
+	record("uid-a", "h1")
+	if got := p.inUse(); !slices.Equal(got, []v1.UniqueVolumeName{name("h1")}) {
+		t.Fatalf("in use = %v, want h1", got)
+	}
+	record("uid-b", "h2") // behind the plugin's back: the last scan still answers
+	if got := p.inUse(); !slices.Equal(got, []v1.UniqueVolumeName{name("h1")}) {
+		t.Fatalf("in use with nothing changed by the plugin = %v, want the last scan's h1", got)
+	}
+	p.inUseChanged()
+	if got := p.inUse(); !slices.Equal(got, []v1.UniqueVolumeName{name("h1"), name("h2")}) {
+		t.Fatalf("in use after a change = %v, want h1 and h2", got)
+	}
+	if err := os.RemoveAll(filepath.Join(f.root, "pods", "uid-a")); err != nil {
+		t.Fatal(err)
+	}
+	p.inUseLast.at = p.inUseLast.at.Add(-inUseRescan)
+	if got := p.inUse(); !slices.Equal(got, []v1.UniqueVolumeName{name("h2")}) {
+		t.Fatalf("in use once the last scan is a minute old = %v, want h2", got)
+	}
+	got := p.inUse()
+	got[0] = "changed by the caller"
+	if again := p.inUse(); !slices.Equal(again, []v1.UniqueVolumeName{name("h2")}) {
+		t.Fatalf("in use = %v after a caller changed its copy", again)
+	}
+}

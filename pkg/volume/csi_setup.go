@@ -149,6 +149,7 @@ func (p *csiPlugin) prepare(ctx context.Context, req *setUpRequest) (*csiPublish
 // another pod of the volume leaves it staged, and a pass cut short leaves
 // enough for the teardown to undo what the driver may have done.
 func (p *csiPlugin) recordInUse(op *csiPublish) (published bool, err error) {
+	defer p.inUseChanged()
 	cv, target, staging := op.cv, op.record.target, op.record.staging
 	unlock := p.lockVolume(cv.driver, cv.handle)
 	defer unlock()
