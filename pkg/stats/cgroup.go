@@ -102,15 +102,9 @@ func (r cgroupReader) readV2(path string) (cgroupUsage, error) {
 		return u, err
 	}
 	u.created = changeTime(fi)
-	cpu, err := readKeyValues(filepath.Join(dir, "cpu.stat"), "usage_usec")
-	if err != nil {
+	if u.cpu, err = readCPUStat(filepath.Join(dir, "cpu.stat")); err != nil {
 		return u, err
 	}
-	usec, ok := cpu["usage_usec"]
-	if !ok {
-		return u, fmt.Errorf("%s: no usage_usec", filepath.Join(dir, "cpu.stat"))
-	}
-	u.cpu = usec * 1000
 	stat, err := readKeyValues(filepath.Join(dir, "memory.stat"), "inactive_file", "anon", "pgfault", "pgmajfault")
 	if err != nil && !(path == "/" && errors.Is(err, os.ErrNotExist)) {
 		return u, err
@@ -157,16 +151,8 @@ func (r cgroupReader) readV2(path string) (cgroupUsage, error) {
 func (r cgroupReader) readCPU(path string) (uint64, error) {
 	path = filepath.Clean("/" + path)
 	if r.unified {
-		file := filepath.Join(r.mount, path, "cpu.stat")
-		cpu, err := readKeyValues(file, "usage_usec")
-		if err != nil {
-			return 0, noCgroup(err)
-		}
-		usec, ok := cpu["usage_usec"]
-		if !ok {
-			return 0, fmt.Errorf("%s: no usage_usec", file)
-		}
-		return usec * 1000, nil
+		v, err := readCPUStat(filepath.Join(r.mount, path, "cpu.stat"))
+		return v, noCgroup(err)
 	}
 	v, err := readUint(filepath.Join(r.mount, "cpuacct", path, "cpuacct.usage"))
 	if errors.Is(err, errNoCgroup) {
@@ -174,6 +160,19 @@ func (r cgroupReader) readCPU(path string) (uint64, error) {
 		v, err = readUint(filepath.Join(r.mount, "cpu,cpuacct", path, "cpuacct.usage"))
 	}
 	return v, err
+}
+
+// readCPUStat is a v2 cpu.stat's usage_usec, in nanoseconds.
+func readCPUStat(file string) (uint64, error) {
+	cpu, err := readKeyValues(file, "usage_usec")
+	if err != nil {
+		return 0, err
+	}
+	usec, ok := cpu["usage_usec"]
+	if !ok {
+		return 0, fmt.Errorf("%s: no usage_usec", file)
+	}
+	return usec * 1000, nil
 }
 
 // noCgroup marks a file that is not there as errNoCgroup, as readUint does.
