@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,6 +29,15 @@ const (
 const (
 	startupStatusPeriod = 500 * time.Millisecond
 	startupReadyWindow  = 2 * time.Minute
+	// watchCatchUp is how long after a request to the apiserver failed the
+	// watched Node is not trusted. The watch's reflector retries with a
+	// backoff of up to 30 s and as much again of jitter (client-go's, not
+	// settable on a shared informer), so for up to a minute after the
+	// apiserver's return the watch may lack what was written meanwhile: the
+	// node lifecycle controller's Ready Unknown, which a status computed from
+	// the stale Node would never undo. Meanwhile the Node is read with a GET,
+	// as the kubelet reads it for every status update.
+	watchCatchUp = 2 * time.Minute
 )
 
 // Controller registers the Node and keeps its status and Lease current,
@@ -43,6 +53,9 @@ type Controller struct {
 	lastReport time.Time
 	// reportedReady: the last status written, or found current, said Ready.
 	reportedReady bool
+	// apiFailedAt is when a request to the apiserver (a Lease renewal, a
+	// status read or write) last failed, in Unix nanoseconds; 0 when none has.
+	apiFailedAt atomic.Int64
 
 	mu  sync.Mutex
 	uid types.UID // the registered Node's UID, read by the lease renewer
@@ -74,6 +87,7 @@ func New(cfg Config) (*Controller, error) {
 		nodeName:        cfg.NodeName,
 		durationSeconds: cfg.LeaseDurationSeconds,
 		nodeUID:         c.nodeUID,
+		failed:          c.apiFailed,
 	}
 	c.podCIDR = &podCIDRSyncer{
 		getNode: c.getNode,
@@ -87,12 +101,24 @@ func New(cfg Config) (*Controller, error) {
 // getNode reads this node's Node from the watch when it has it, else from
 // the apiserver. The caller must not modify what it returns.
 func (c *Controller) getNode(ctx context.Context) (*v1.Node, error) {
-	if c.cfg.Watched != nil {
+	if c.cfg.Watched != nil && c.watchTrusted() {
 		if n, err := c.cfg.Watched(); err == nil && n != nil {
 			return n, nil
 		}
 	}
 	return c.cfg.Client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
+}
+
+// apiFailed records that a request to the apiserver failed just now.
+func (c *Controller) apiFailed() {
+	c.apiFailedAt.Store(c.cfg.Clock.Now().UnixNano())
+}
+
+// watchTrusted says whether the watched Node can stand for the apiserver's:
+// no request has failed within watchCatchUp.
+func (c *Controller) watchTrusted() bool {
+	at := c.apiFailedAt.Load()
+	return at == 0 || c.cfg.Clock.Since(time.Unix(0, at)) >= watchCatchUp
 }
 
 func (c *Controller) nodeUID() types.UID {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -315,6 +316,76 @@ func TestWatchedNodeReadsNoApiserver(t *testing.T) {
 	}
 	if got := e.countActions("create", "nodes"); got != 2 {
 		t.Errorf("%d node creates, want 2 (registered again)", got)
+	}
+}
+
+// After the apiserver was away, the watched Node may be stale for as long
+// as the watch's backoff: the node lifecycle controller's Ready Unknown,
+// written on the apiserver's return, is then read with a GET and undone at
+// the next status update, not a minute later.
+func TestStaleWatchNotTrustedAfterTheApiserverFailed(t *testing.T) {
+	var watched atomic.Pointer[v1.Node]
+	e := newTestEnv(t, func(c *Config) {
+		c.Watched = func() (*v1.Node, error) {
+			if n := watched.Load(); n != nil {
+				return n, nil
+			}
+			return nil, apierrors.NewNotFound(v1.Resource("nodes"), "nodeagent-node")
+		}
+	})
+	ctx := context.Background()
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ctrl.lease.renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The watch holds the Node as registered, Ready, and stops there.
+	watched.Store(e.node(t))
+
+	// The apiserver goes away: a renewal fails.
+	down := errors.New("connection refused")
+	var away atomic.Bool
+	away.Store(true)
+	e.client.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if away.Load() {
+			return true, nil, down
+		}
+		return false, nil, nil
+	})
+	e.clock.Step(10 * time.Second)
+	if err := e.ctrl.lease.renew(ctx); err == nil {
+		t.Fatal("renewal succeeded with the apiserver away")
+	}
+	// It returns, and the node lifecycle controller marks the node Unknown
+	// before the watch has caught up.
+	away.Store(false)
+	n := e.node(t)
+	for i := range n.Status.Conditions {
+		if c := &n.Status.Conditions[i]; c.Type == v1.NodeReady {
+			c.Status, c.Reason = v1.ConditionUnknown, "NodeStatusUnknown"
+		}
+	}
+	if _, err := e.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(10 * time.Second)
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := condition(e.node(t), v1.NodeReady).Status; got != v1.ConditionTrue {
+		t.Fatalf("node Ready %s after the first status update since the apiserver's return, want True", got)
+	}
+
+	// Once the watch had time to catch up, it is read again without GETs.
+	watched.Store(e.node(t))
+	e.clock.Step(watchCatchUp)
+	gets := e.countActions("get", "nodes")
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.countActions("get", "nodes") - gets; got != 0 {
+		t.Errorf("%d node GETs %s after the last failure, want the watch read", got, watchCatchUp)
 	}
 }
 

@@ -37,6 +37,8 @@ type leaseRenewer struct {
 	nodeUID func() types.UID
 	// latest is the Lease as last written; nil forces a GET.
 	latest *coordinationv1.Lease
+	// failed, when set, is told of each renewal that failed.
+	failed func()
 }
 
 func (l *leaseRenewer) interval() time.Duration {
@@ -68,7 +70,12 @@ func (l *leaseRenewer) run(ctx context.Context) {
 
 // renew writes the Lease once: creates it when missing, otherwise moves
 // renewTime to now and points its owner reference at the current Node.
-func (l *leaseRenewer) renew(ctx context.Context) error {
+func (l *leaseRenewer) renew(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && l.failed != nil {
+			l.failed()
+		}
+	}()
 	leases := l.client.CoordinationV1().Leases(LeaseNamespace)
 	lease := l.latest
 	if lease == nil {

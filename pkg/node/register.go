@@ -98,6 +98,7 @@ func (c *Controller) updateStatus(ctx context.Context, obs observation, now meta
 		return c.register(ctx, obs, now)
 	}
 	if err != nil {
+		c.apiFailed()
 		return fmt.Errorf("get node: %w", err)
 	}
 	if existing.UID != c.nodeUID() {
@@ -113,6 +114,7 @@ func (c *Controller) updateStatus(ctx context.Context, obs observation, now meta
 		return nil
 	}
 	if err := c.patchStatus(ctx, existing, updated); err != nil {
+		c.apiFailed()
 		return err
 	}
 	c.lastReport = now.Time
