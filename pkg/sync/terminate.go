@@ -132,6 +132,11 @@ func (w *Worker) cleanup(ctx context.Context, pod *v1.Pod, observed *runtime.Pod
 		}
 	}
 	for _, sb := range observed.Sandboxes {
+		if len(errs) > 0 {
+			// The runtime would remove the containers left with the
+			// sandbox, and fail as it just did, after forcing a stop.
+			break
+		}
 		err := w.timed(ctx, "removeSandbox", func(ctx context.Context) error {
 			return ignoreNotFound(w.deps.runtime.RemovePodSandbox(ctx, sb.ID))
 		})

@@ -2,7 +2,9 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -366,5 +368,58 @@ func TestResyncWaitHasItsJitter(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Error("50 waits with jitter all the same")
+	}
+}
+
+// A cleanup whose container removal fails does not go on to the sandbox
+// (the runtime would force a stop and fail the same way), and the failed
+// step is tried again later each time: a runtime too loaded to handle the
+// containers' exits is not asked again every second by every pod.
+func TestFailedCleanupBacksOffAndLeavesTheSandbox(t *testing.T) {
+	pod := basePod(func(p *v1.Pod) { p.Spec.Containers = p.Spec.Containers[:1] })
+	h := newHarness(t, pod)
+	h.sync(pod, false)
+	deleted := pod.DeepCopy()
+	now := metav1.Now()
+	grace := int64(0)
+	deleted.DeletionTimestamp, deleted.DeletionGracePeriodSeconds = &now, &grace
+	stuck := errors.New("failed to set removing state: container is still running, to stop first")
+	ctx := context.Background()
+	var waits []time.Duration
+	for range 6 {
+		h.rt.InjectError("RemoveContainer", stuck)
+		h.pleg.RelistSoon()
+		observed, err := h.pleg.Cache().GetNewerThan(ctx, pod.UID, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The stop and final steps pass; only the cleanup fails.
+		for range 5 {
+			s := decide(&h.w.state, input{pod: deleted, observed: observed, now: time.Now()})
+			wait, _ := h.w.pass(ctx, deleted, false, observed)
+			if s.kind == stepCleanup {
+				waits = append(waits, wait)
+				break
+			}
+			h.pleg.RelistSoon()
+			if observed, err = h.pleg.Cache().GetNewerThan(ctx, pod.UID, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := h.called("RemovePodSandbox"); got != 0 {
+		t.Errorf("RemovePodSandbox called %d times while the container's removal failed, want 0", got)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+	if !slices.Equal(waits, want) {
+		t.Errorf("waits after the failed cleanups %v, want %v", waits, want)
+	}
+	// The removal works again: the cleanup finishes, and a later failure
+	// starts from a second again.
+	if h.sync(deleted, false); len(h.rt.Containers) != 0 || len(h.rt.Sandboxes) != 0 {
+		t.Errorf("after the cleanup %d containers and %d sandboxes left, want none", len(h.rt.Containers), len(h.rt.Sandboxes))
+	}
+	if h.w.failedInARow != 0 {
+		t.Errorf("%d failures in a row counted after a step that passed", h.w.failedInARow)
 	}
 }
