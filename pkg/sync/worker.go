@@ -46,10 +46,10 @@ type Worker struct {
 	imageVolumesShown map[string]status.Waiting
 	// passes counts the worker's passes; start follows the pod's start.
 	passes int
-	// failedInARow counts the steps that failed since the last that did
-	// not: the wait before the next try doubles with each.
-	failedInARow int
-	start        startTracker
+	// failedWait is the wait after the last step, when it failed; zero
+	// after one that did not. It doubles with each failure in a row.
+	failedWait time.Duration
+	start      startTracker
 
 	// ended: the pod no longer holds node resources (it is ending or
 	// ended). Read by the Dispatcher's admission.
@@ -242,7 +242,7 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 		w.report(pod, observed)
 	}
 	if o.err == nil {
-		w.failedInARow = 0
+		w.failedWait = 0
 	}
 	switch {
 	case s.kind == stepDone:
@@ -258,10 +258,9 @@ func (w *Worker) pass(ctx context.Context, pod *v1.Pod, removed bool, observed *
 		}
 		return 0, true
 	case o.err != nil:
-		w.failedInARow++
-		wait := retryWait(w.failedInARow)
-		klog.FromContext(ctx).Error(o.err, "Pod step failed, will retry", "step", s.kind.String(), "retryIn", wait)
-		return wait, false
+		w.failedWait = min(max(2*w.failedWait, failedStepFirstWait), failedStepMaxWait)
+		klog.FromContext(ctx).Error(o.err, "Pod step failed, will retry", "step", s.kind.String(), "retryIn", w.failedWait)
+		return w.failedWait, false
 	case s.kind == stepSync:
 		return min(s.wait, max(o.next, 0)), false
 	case s.kind == stepIdle:
@@ -284,14 +283,6 @@ const (
 	failedStepFirstWait = time.Second
 	failedStepMaxWait   = 10 * time.Second
 )
-
-// retryWait is the wait after the n-th step in a row that failed (n ≥ 1).
-func retryWait(n int) time.Duration {
-	if n > 4 {
-		return failedStepMaxWait
-	}
-	return min(failedStepFirstWait<<(n-1), failedStepMaxWait)
-}
 
 // execute carries step s out.
 func (w *Worker) execute(ctx context.Context, s step, pod *v1.Pod, observed *runtime.PodStatus) outcome {

@@ -419,7 +419,7 @@ func TestFailedCleanupBacksOffAndLeavesTheSandbox(t *testing.T) {
 	if h.sync(deleted, false); len(h.rt.Containers) != 0 || len(h.rt.Sandboxes) != 0 {
 		t.Errorf("after the cleanup %d containers and %d sandboxes left, want none", len(h.rt.Containers), len(h.rt.Sandboxes))
 	}
-	if h.w.failedInARow != 0 {
-		t.Errorf("%d failures in a row counted after a step that passed", h.w.failedInARow)
+	if h.w.failedWait != 0 {
+		t.Errorf("a wait of %s kept after a step that passed", h.w.failedWait)
 	}
 }
