@@ -7,16 +7,29 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"k8s.io/klog/v2"
 )
 
-// defaultReloadInterval is how often reloaded files are looked at; a
-// stat per file, so cheap.
+// defaultReloadInterval is how often reloaded files are looked at when
+// their directories cannot be watched; a stat per file, so cheap.
 const defaultReloadInterval = 5 * time.Second
+
+// Where the files' directories are watched (inotify), a change is looked
+// at reloadSettle after the last event in them (a pair is written as two
+// files, a secret volume swaps a symlink), and the files are looked at
+// every watchedReloadInterval besides, as the kubelet's dynamic
+// certificates do: an idle agent does not wake every few seconds to stat
+// them.
+const (
+	reloadSettle          = 200 * time.Millisecond
+	watchedReloadInterval = time.Minute
+)
 
 // fileStamp identifies a version of a file: a rewrite in place changes
 // its modification time or size, an atomic replacement (a rename, or a
@@ -62,14 +75,16 @@ type reloader[T any] struct {
 	name     string
 	paths    []string
 	load     func() (T, error)
-	interval time.Duration
+	interval time.Duration // without a watch
+	// watchedInterval is the look at the files with a watch.
+	watchedInterval time.Duration
 
 	current atomic.Pointer[T]
 	stamps  []fileStamp // Run's goroutine only, after construction
 }
 
 func newReloader[T any](name string, load func() (T, error), paths ...string) (*reloader[T], error) {
-	r := &reloader[T]{name: name, paths: paths, load: load, interval: defaultReloadInterval}
+	r := &reloader[T]{name: name, paths: paths, load: load, interval: defaultReloadInterval, watchedInterval: watchedReloadInterval}
 	stamps, err := stampOf(paths...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -104,13 +119,40 @@ func (r *reloader[T]) reloadIfChanged() (bool, error) {
 
 func (r *reloader[T]) run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("files", r.paths)
-	ticker := time.NewTicker(r.interval)
+	interval := r.interval
+	var events <-chan fsnotify.Event
+	var watchErrors <-chan error
+	if w, err := r.watch(); err != nil {
+		logger.V(2).Info("Not watching the files' directories; looking at the files every interval", "interval", interval, "err", err.Error())
+	} else {
+		defer w.Close()
+		events, watchErrors, interval = w.Events, w.Errors, r.watchedInterval
+	}
+	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	// A first look once the watch is on: a change since the files were
+	// loaded may have come before it.
+	settle := time.NewTimer(0)
+	defer settle.Stop()
 	var lastErr string
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case _, ok := <-events:
+			if !ok {
+				events, watchErrors = nil, nil
+				ticker.Reset(r.interval)
+			} else {
+				settle.Reset(reloadSettle)
+			}
+			continue
+		case err, ok := <-watchErrors:
+			if ok {
+				logger.V(2).Info("Watching the files' directories", "err", err.Error())
+			}
+			continue
+		case <-settle.C:
 		case <-ticker.C:
 		}
 		changed, err := r.reloadIfChanged()
@@ -127,6 +169,23 @@ func (r *reloader[T]) run(ctx context.Context) error {
 			logger.Info("Reloaded", "what", r.name)
 		}
 	}
+}
+
+// watch watches the directories that hold the files: a file replaced by
+// a rename or a symlink swap is a new inode, which a watch of the file
+// itself would lose.
+func (r *reloader[T]) watch() (*fsnotify.Watcher, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range r.paths {
+		if err := w.Add(filepath.Dir(p)); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	return w, nil
 }
 
 // KeyPairFiles is a serving certificate read from tlsCertFile and

@@ -92,6 +92,35 @@ func TestCABundleFileReloadOnChange(t *testing.T) {
 	waitFor(t, func() bool { return trusts(b) })
 }
 
+// With the directory watched, a rewritten pair is served within moments,
+// though the files are looked at only every hour otherwise; so is a pair
+// swapped in by a rename, a new inode.
+func TestKeyPairFilesReloadOnTheWatch(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writePair(t, ca, certFile, keyFile)
+	k, err := NewKeyPairFiles(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.r.interval, k.r.watchedInterval = time.Hour, time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go k.Run(ctx)
+	second := writePair(t, ca, certFile, keyFile)
+	waitFor(t, func() bool { return k.Current().Leaf.SerialNumber.String() == second })
+
+	other := t.TempDir()
+	third := writePair(t, ca, filepath.Join(other, "tls.crt"), filepath.Join(other, "tls.key"))
+	for _, name := range []string{"tls.key", "tls.crt"} {
+		if err := os.Rename(filepath.Join(other, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return k.Current().Leaf.SerialNumber.String() == third })
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -16,10 +16,15 @@ import (
 	"github.com/nodeagent/nodeagent/pkg/kube"
 )
 
-// DefaultResync is how often a pass runs without being woken: it catches
-// a static pod that finished stopping, a Node that was registered, an
-// apiserver that came back.
+// DefaultResync is how often a pass runs without being woken while there
+// is anything to keep (a static or a mirror pod), the lists are not
+// complete, or the last pass failed: it catches a static pod that finished
+// stopping, a Node that was registered, an apiserver that came back.
 const DefaultResync = 2 * time.Second
+
+// idleResync is how often a pass runs without being woken on a node with
+// neither static nor mirror pods, where the pod sources' wake-ups say all.
+const idleResync = time.Minute
 
 // Config configures a Controller.
 type Config struct {
@@ -86,19 +91,32 @@ func (c *Controller) RemovePod(*v1.Pod) { c.Wake() }
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("mirror")
 	ctx = klog.NewContext(ctx, logger)
-	t := c.cfg.Clock.NewTicker(c.cfg.Resync)
-	defer t.Stop()
+	wait := c.cfg.Resync
 	for {
+		t := c.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-c.wake:
+			t.Stop()
 		case <-t.C():
 		}
-		if err := c.pass(ctx); err != nil {
+		err := c.pass(ctx)
+		if err != nil {
 			logger.Info("Mirror pods not in step yet, will retry", "err", err.Error())
 		}
+		wait = c.nextPass(err)
 	}
+}
+
+// nextPass is how long until a pass without a wake-up, after a pass that
+// ended with err.
+func (c *Controller) nextPass(err error) time.Duration {
+	if err != nil || !c.cfg.Listed() || len(c.cfg.StaticPods()) > 0 || len(c.cfg.MirrorPods()) > 0 {
+		return c.cfg.Resync
+	}
+	return max(c.cfg.Resync, idleResync)
 }
 
 // pass plans from what is known now and carries the plan out.

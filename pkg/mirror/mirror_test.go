@@ -237,3 +237,25 @@ func TestControllerRunWakes(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// With no static and no mirror pod, passes wait for the sources' wake-ups
+// (and a minute); anything to keep, a list not complete or a failed pass
+// brings back the resync.
+func TestControllerResyncsOnlyWithWorkToKeep(t *testing.T) {
+	f := newFixture(t)
+	if got := f.c.nextPass(nil); got != idleResync {
+		t.Errorf("idle node: next pass in %v, want %v", got, idleResync)
+	}
+	if got := f.c.nextPass(errors.New("get node: connection refused")); got != DefaultResync {
+		t.Errorf("after a failed pass: next in %v, want %v", got, DefaultResync)
+	}
+	f.static = []*v1.Pod{static("a", "h1")}
+	if got := f.c.nextPass(nil); got != DefaultResync {
+		t.Errorf("with a static pod: next pass in %v, want %v", got, DefaultResync)
+	}
+	f.static = nil
+	f.c.cfg.Listed = func() bool { return false }
+	if got := f.c.nextPass(nil); got != DefaultResync {
+		t.Errorf("lists not complete: next pass in %v, want %v", got, DefaultResync)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -40,6 +41,19 @@ const (
 	watchCatchUp = 2 * time.Minute
 )
 
+// machineRefresh is how long the host's facts (CPUs, memory, huge pages,
+// the root dir's filesystem size, identity, kernel, OS) are reused between
+// status updates. They change with a reboot, a resized VM or huge pages
+// reserved anew; the kubelet reads them once at its start (cAdvisor's
+// machine info), and reading them every 10 s was half of an idle node's
+// status update.
+const machineRefresh = 5 * time.Minute
+
+// The runtime's version is read again after machineRefresh too, or once
+// the runtime answers after it did not; its images every imageListRefresh,
+// the period of the kubelet's image list for the node status.
+const imageListRefresh = 30 * time.Second
+
 // Controller registers the Node and keeps its status and Lease current,
 // and hands the runtime the Node's pod CIDR.
 type Controller struct {
@@ -51,6 +65,14 @@ type Controller struct {
 	// registered is false until the Node exists, and again after it was deleted.
 	registered bool
 	lastReport time.Time
+	// machine are the host's facts as last read, at machineReadAt; so are
+	// the runtime's version and its images.
+	machine       Machine
+	machineReadAt time.Time
+	version       *runtimeapi.VersionResponse
+	versionReadAt time.Time
+	images        []*runtimeapi.Image
+	imagesReadAt  time.Time
 	// reportedReady: the last status written, or found current, said Ready.
 	reportedReady bool
 	// apiFailedAt is when a request to the apiserver (a Lease renewal, a
@@ -199,7 +221,7 @@ func (c *Controller) observe(ctx context.Context) (observation, error) {
 	logger := klog.FromContext(ctx)
 	var obs observation
 	var err error
-	if obs.machine, err = c.cfg.Host.Read(); err != nil {
+	if obs.machine, err = c.machineFacts(); err != nil {
 		return obs, fmt.Errorf("read machine info: %w", err)
 	}
 	if obs.addresses, err = c.addresses(); err != nil {
@@ -220,15 +242,26 @@ func (c *Controller) observe(ctx context.Context) (observation, error) {
 	defer cancel()
 	obs.status, err = c.cfg.Runtime.Status(rctx)
 	c.health.observe(c.cfg.Clock.Now(), obs.status, err)
+	now := c.cfg.Clock.Now()
 	if err != nil {
 		logger.Error(err, "Container runtime status check failed")
+		// Back, it may be another version.
+		c.version = nil
 	} else {
-		if obs.version, err = c.cfg.Runtime.Version(rctx); err != nil {
-			logger.Error(err, "Container runtime version check failed")
+		if c.version == nil || now.Sub(c.versionReadAt) >= machineRefresh {
+			if c.version, err = c.cfg.Runtime.Version(rctx); err != nil {
+				logger.Error(err, "Container runtime version check failed")
+			}
+			c.versionReadAt = now
 		}
-		if obs.images, err = c.cfg.Runtime.ListImages(rctx); err != nil {
-			logger.Error(err, "Failed to list images for node status")
+		obs.version = c.version
+		if c.images == nil || now.Sub(c.imagesReadAt) >= imageListRefresh {
+			if c.images, err = c.cfg.Runtime.ListImages(rctx); err != nil {
+				logger.Error(err, "Failed to list images for node status")
+			}
+			c.imagesReadAt = now
 		}
+		obs.images = c.images
 	}
 	var failed []error
 	for _, hc := range c.cfg.HealthChecks {
@@ -238,6 +271,21 @@ func (c *Controller) observe(ctx context.Context) (observation, error) {
 	}
 	obs.notReady = c.health.notReady(c.cfg.Clock.Now(), failed...)
 	return obs, nil
+}
+
+// machineFacts are the host's facts, read again once machineRefresh has
+// passed since the last read.
+func (c *Controller) machineFacts() (Machine, error) {
+	now := c.cfg.Clock.Now()
+	if !c.machineReadAt.IsZero() && now.Sub(c.machineReadAt) < machineRefresh {
+		return c.machine, nil
+	}
+	m, err := c.cfg.Host.Read()
+	if err != nil {
+		return m, err
+	}
+	c.machine, c.machineReadAt = m, now
+	return m, nil
 }
 
 // Addresses are the node's addresses as its status last reported them;

@@ -223,6 +223,60 @@ func TestStatusWrittenOnChangeOrReportFrequency(t *testing.T) {
 	}
 }
 
+func TestHostAndRuntimeFactsReadAgainOnlyWhenStale(t *testing.T) {
+	host := &countingHost{m: testMachine()}
+	e := newTestEnv(t, func(c *Config) { c.Host = host })
+	ctx := context.Background()
+	for range 6 {
+		if err := e.ctrl.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Step(10 * time.Second)
+	}
+	if host.reads != 1 {
+		t.Fatalf("machine read %d times over a minute of status updates, want once", host.reads)
+	}
+	calls := func(name string) int {
+		e.rt.mu.Lock()
+		defer e.rt.mu.Unlock()
+		n := 0
+		for _, c := range e.rt.calls {
+			if c == name {
+				n++
+			}
+		}
+		return n
+	}
+	// Six updates over a minute: the runtime's status every time, its
+	// images every 30 s, its version once.
+	if s, i, v := calls("Status"), calls("ListImages"), calls("Version"); s != 6 || i != 2 || v != 1 {
+		t.Errorf("over a minute: %d Status, %d ListImages, %d Version calls; want 6, 2, 1", s, i, v)
+	}
+	// A runtime away and back is asked its version again.
+	e.rt.set(func(f *fakeRuntime) { f.down = true })
+	_ = e.ctrl.sync(ctx)
+	e.rt.set(func(f *fakeRuntime) { f.down = false })
+	e.clock.Step(10 * time.Second)
+	_ = e.ctrl.sync(ctx)
+	if v := calls("Version"); v != 2 {
+		t.Errorf("%d Version calls after the runtime came back, want 2", v)
+	}
+	host.mu.Lock()
+	host.m.HugePages = map[string]int64{"2Mi": 512 << 20, "1Gi": 0}
+	host.mu.Unlock()
+	e.clock.Step(machineRefresh)
+	if err := e.ctrl.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if host.reads != 2 {
+		t.Fatalf("machine read %d times, want again after %v", host.reads, machineRefresh)
+	}
+	got := e.node(t).Status.Capacity[v1.ResourceName("hugepages-2Mi")]
+	if want := resource.MustParse("512Mi"); got.Cmp(want) != 0 {
+		t.Errorf("hugepages-2Mi capacity %s after the refresh, want %s", got.String(), want.String())
+	}
+}
+
 func TestRunRegistersAndStops(t *testing.T) {
 	e := newTestEnv(t, nil)
 	created := make(chan string, 4)

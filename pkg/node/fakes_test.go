@@ -112,6 +112,20 @@ type fakeHost struct{ m Machine }
 
 func (h fakeHost) Read() (Machine, error) { return h.m, nil }
 
+// countingHost returns its machine facts, changeable, and counts the reads.
+type countingHost struct {
+	mu    sync.Mutex
+	m     Machine
+	reads int
+}
+
+func (h *countingHost) Read() (Machine, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reads++
+	return h.m, nil
+}
+
 func testMachine() Machine {
 	return Machine{
 		NumCPU:                4,

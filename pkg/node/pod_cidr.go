@@ -16,6 +16,11 @@ import (
 // from the watch of the Node, so no request to the apiserver once it has it.
 const defaultPodCIDRPollPeriod = 5 * time.Second
 
+// podCIDRRecheck is how often the Node is read once the runtime has its pod
+// CIDR: spec.podCIDR cannot change but from empty, so only a Node deleted
+// and registered anew brings another.
+const podCIDRRecheck = time.Minute
+
 // podCIDRSyncer hands the runtime the Node's spec.podCIDR once the
 // controller manager has assigned one, and again whenever it changes, as
 // the kubelet does: a runtime whose network plugin takes the pod range from
@@ -31,14 +36,19 @@ type podCIDRSyncer struct {
 	sent string
 }
 
-// run polls the Node every period until ctx ends.
+// run polls the Node every period, every podCIDRRecheck once a CIDR was
+// handed over, until ctx ends.
 func (p *podCIDRSyncer) run(ctx context.Context) {
 	for {
 		p.sync(ctx)
+		wait := p.period
+		if p.sent != "" {
+			wait = max(wait, podCIDRRecheck)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.clock.After(p.period):
+		case <-p.clock.After(wait):
 		}
 	}
 }

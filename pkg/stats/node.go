@@ -18,9 +18,23 @@ const rootKey = "cgroup:/"
 
 func cgroupKey(path string) string { return "cgroup:" + filepath.Clean("/"+path) }
 
-// nodeStats reads the root cgroup (the whole machine) and, in full, the
-// node's network, filesystems and process limits.
-func (p *Provider) nodeStats(ctx context.Context, full bool) (statsapi.NodeStats, error) {
+// nodeView says which of the node's figures nodeStats reads beside the
+// root cgroup's.
+type nodeView int
+
+const (
+	// nodeCPUAndMemory: the system containers too.
+	nodeCPUAndMemory nodeView = iota
+	// nodeFull: the system containers, the network, the filesystems (the
+	// root dir's and the runtime's) and the process limits.
+	nodeFull
+	// nodeSignals: what the eviction signals read; the pods' system
+	// container, the filesystems and the process limits.
+	nodeSignals
+)
+
+// nodeStats reads the root cgroup (the whole machine) and what view asks.
+func (p *Provider) nodeStats(ctx context.Context, view nodeView) (statsapi.NodeStats, error) {
 	now := p.cfg.Clock.Now()
 	root, err := p.cgroups.read("/")
 	if err != nil {
@@ -33,16 +47,18 @@ func (p *Provider) nodeStats(ctx context.Context, full bool) (statsapi.NodeStats
 		// The root cgroup has no limit: what is available is what the
 		// machine has, less the working set.
 		Memory:           memoryStats(now, root, p.memTotal),
-		SystemContainers: p.systemContainerStats(ctx, now),
+		SystemContainers: p.systemContainerStats(ctx, now, view == nodeSignals),
 	}
-	if !full {
+	if view == nodeCPUAndMemory {
 		return ns, nil
 	}
 	logger := klog.FromContext(ctx)
-	if net, err := p.nodeNetwork(now); err == nil {
-		ns.Network = net
-	} else {
-		logger.V(2).Info("Reading the node's network counters failed", "err", err.Error())
+	if view == nodeFull {
+		if net, err := p.nodeNetwork(now); err == nil {
+			ns.Network = net
+		} else {
+			logger.V(2).Info("Reading the node's network counters failed", "err", err.Error())
+		}
 	}
 	if fs, err := statFS(p.cfg.RootDir, now); err == nil {
 		ns.Fs = fs.fsStats()
@@ -105,14 +121,26 @@ func (p *Provider) systemContainers() []systemContainer {
 	return out
 }
 
-func (p *Provider) systemContainerStats(ctx context.Context, now time.Time) []statsapi.ContainerStats {
+// systemContainerStats reads the system containers, or with podsOnly the
+// pods' alone. A cgroup that cannot be read is logged at level 2 the first
+// time (the agent's and the runtime's may be a service manager's that
+// lacks a controller), then at level 4 while it stays unreadable.
+func (p *Provider) systemContainerStats(ctx context.Context, now time.Time, podsOnly bool) []statsapi.ContainerStats {
 	var out []statsapi.ContainerStats
 	for _, sc := range p.systemContainers() {
-		u, err := p.cgroups.read(sc.cgroup)
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Reading a system container's cgroup failed", "container", sc.name, "cgroup", sc.cgroup, "err", err.Error())
+		if podsOnly && sc.name != statsapi.SystemContainerPods {
 			continue
 		}
+		u, err := p.cgroups.read(sc.cgroup)
+		if err != nil {
+			level := klog.Level(2)
+			if _, seen := p.unreadable.LoadOrStore(sc.cgroup, true); seen {
+				level = 4
+			}
+			klog.FromContext(ctx).V(int(level)).Info("Reading a system container's cgroup failed", "container", sc.name, "cgroup", sc.cgroup, "err", err.Error())
+			continue
+		}
+		p.unreadable.Delete(sc.cgroup)
 		start := sc.start
 		if start.IsZero() {
 			start = u.created

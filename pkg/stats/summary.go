@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
@@ -172,6 +173,9 @@ type Provider struct {
 	volumes  *volumeCache
 	bootTime time.Time
 	memTotal uint64
+	// unreadable holds the system containers' cgroups whose last read
+	// failed, so that the failure is logged once at level 2.
+	unreadable sync.Map
 }
 
 // New validates cfg, fills defaults and reads what does not change: the
@@ -300,13 +304,14 @@ func (p *Provider) housekeep(ctx context.Context) {
 	p.rates.forget(now)
 }
 
-// NodeSummary is a Summary of the node alone, in full (its memory, the
-// pods' cgroup, its filesystems and the runtime's, its process limits)
-// and no pod: what the eviction manager's signals read, at a cost that
-// does not grow with the pods (a Summary lists and reads every pod and
-// container, and asks the runtime for their stats).
+// NodeSummary is a Summary of the node alone (its memory, the pods'
+// cgroup, its filesystems and the runtime's, its process limits; not its
+// network nor the agent's and runtime's cgroups) and no pod: what the
+// eviction manager's signals read, at a cost that does not grow with the
+// pods (a Summary lists and reads every pod and container, and asks the
+// runtime for their stats).
 func (p *Provider) NodeSummary(ctx context.Context) (*statsapi.Summary, error) {
-	node, err := p.nodeStats(ctx, true)
+	node, err := p.nodeStats(ctx, nodeSignals)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +323,11 @@ func (p *Provider) NodeSummary(ctx context.Context) (*statsapi.Summary, error) {
 // CPU and memory of the node, its system containers, pods and containers.
 func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error) {
 	full := !onlyCPUAndMemory
-	node, err := p.nodeStats(ctx, full)
+	view := nodeFull
+	if onlyCPUAndMemory {
+		view = nodeCPUAndMemory
+	}
+	node, err := p.nodeStats(ctx, view)
 	if err != nil {
 		return nil, err
 	}

@@ -410,6 +410,24 @@ func TestSummaryOnlyCPUAndMemory(t *testing.T) {
 	}
 }
 
+func TestNodeSummaryHoldsWhatTheSignalsRead(t *testing.T) {
+	f := newFixture(t, false)
+	s, err := f.provider.NodeSummary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.Node
+	if n.Memory == nil || n.Fs == nil || n.Runtime == nil || n.Runtime.ImageFs == nil || n.Rlimit == nil {
+		t.Errorf("node = %+v, want memory, filesystems and process limits", n)
+	}
+	if len(n.SystemContainers) != 1 || n.SystemContainers[0].Name != statsapi.SystemContainerPods || n.SystemContainers[0].Memory == nil {
+		t.Errorf("system containers = %+v, want the pods' alone", n.SystemContainers)
+	}
+	if n.Network != nil || len(s.Pods) != 0 {
+		t.Errorf("network %+v, %d pods; want neither", n.Network, len(s.Pods))
+	}
+}
+
 func TestSummaryWithoutSandboxStats(t *testing.T) {
 	for _, tt := range []struct {
 		name   string

@@ -170,6 +170,8 @@ type Dispatcher struct {
 	// which share the node's room.
 	resizing map[types.UID]*v1.Pod
 	judging  gosync.Mutex
+	// resizeWake tells Run that a resize waits, to be judged every second.
+	resizeWake chan struct{}
 }
 
 // NewDispatcher validates cfg and builds a Dispatcher.
@@ -234,7 +236,7 @@ func NewDispatcher(cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, workers: map[types.UID]*Worker{}, listed: listed,
-		pending: map[types.UID]*v1.Pod{}, admitWake: make(chan struct{}, 1), preadmitted: map[types.UID]bool{},
+		pending: map[types.UID]*v1.Pod{}, admitWake: make(chan struct{}, 1), resizeWake: make(chan struct{}, 1), preadmitted: map[types.UID]bool{},
 		resizing: map[types.UID]*v1.Pod{},
 		deps: &deps{
 			runtime: cfg.Runtime, images: cfg.Images, cache: cfg.Cache, relister: cfg.Relister,
@@ -379,6 +381,20 @@ func (d *Dispatcher) launchLocked(w *Worker) {
 	}()
 }
 
+// tickWait is how long Run waits before it looks again: a second while a
+// resize waits for room or the pods bound here are not all known yet,
+// else until the next look for orphans. An idle agent so wakes twice a
+// minute here, not every second.
+func (d *Dispatcher) tickWait(lastScan time.Time) time.Duration {
+	d.mu.Lock()
+	resizing := len(d.resizing) > 0
+	d.mu.Unlock()
+	if resizing || !d.cfg.SourceSynced() {
+		return time.Second
+	}
+	return max(time.Second, orphanScanPeriod-d.cfg.Clock.Since(lastScan))
+}
+
 // Run starts the workers and the admission of new pods, looks for
 // orphans now and then, and returns once ctx ends and every worker has
 // stopped. Pods keep running.
@@ -394,14 +410,17 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		defer d.wg.Done()
 		d.admitLoop(ctx)
 	}()
-	t := d.cfg.Clock.NewTicker(time.Second)
-	defer t.Stop()
 	var lastScan time.Time
 	for {
+		t := d.cfg.Clock.NewTimer(d.tickWait(lastScan))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			d.wg.Wait()
 			return nil
+		case <-d.resizeWake:
+			t.Stop()
+			continue
 		case <-t.C():
 		}
 		if d.cfg.SourceSynced() && d.cfg.Clock.Since(lastScan) >= orphanScanPeriod {
@@ -412,8 +431,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			d.forgetAllocations(ctx, known)
 		}
-		// Deferred resizes are judged again every tick: room frees up as
-		// pods end, and judging is cheap (no I/O).
+		// Deferred resizes are judged again every second: room frees up
+		// as pods end, and judging is cheap (no I/O).
 		d.judgeResizes(ctx)
 	}
 }

@@ -197,6 +197,10 @@ func (d *Dispatcher) queueResize(pod *v1.Pod) {
 	d.resizing[pod.UID] = pod
 	ctx := d.ctx
 	d.mu.Unlock()
+	select {
+	case d.resizeWake <- struct{}{}:
+	default:
+	}
 	if ctx != nil {
 		d.judgeResizes(ctx)
 	}

@@ -295,6 +295,34 @@ func TestResizeDeferredUntilRoom(t *testing.T) {
 	}
 }
 
+// An idle dispatcher wakes for its look for orphans, twice a minute; a
+// resize that waits for room has it judge every second.
+func TestDispatcherTicksEverySecondOnlyForWaitingResizes(t *testing.T) {
+	pod := basePod(withResources("a", res("500m", "64Mi")))
+	pod.Generation = 1
+	h := resizeHarness(t, pod, "1")
+	h.syncAllocated(pod)
+	h.d.cfg.SourceSynced = func() bool { return true }
+	scanned := h.d.cfg.Clock.Now()
+	if got := h.d.tickWait(scanned); got <= orphanScanPeriod-time.Second || got > orphanScanPeriod {
+		t.Errorf("idle: waits %v after a scan, want the scan period %v", got, orphanScanPeriod)
+	}
+	if got := h.d.tickWait(scanned.Add(-orphanScanPeriod)); got != time.Second {
+		t.Errorf("idle with a scan due: waits %v, want a second", got)
+	}
+	tooBig := basePod(withResources("a", res("2", "64Mi")))
+	tooBig.Generation = 2
+	h.resize(tooBig)
+	select {
+	case <-h.d.resizeWake:
+	default:
+		t.Error("a deferred resize did not wake the dispatcher's loop")
+	}
+	if got := h.d.tickWait(scanned); got != time.Second {
+		t.Errorf("with a deferred resize: waits %v, want a second", got)
+	}
+}
+
 func TestResizeSurvivesAgentRestart(t *testing.T) {
 	dir := t.TempDir()
 	s, err := allocation.Open(dir)
