@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -190,4 +191,59 @@ func auditedHold(ctx context.Context, path string, d time.Duration) (heldRequest
 		return heldRequests{}, err
 	}
 	return heldRequests{n: n, by: by, perMinute: float64(n) / elapsed.Minutes()}, nil
+}
+
+// cpuEvery samples pid's run time (runSeconds) every period until the returned stop is
+// called, and stop returns the time run in each period, in milliseconds: where an idle
+// agent's CPU goes over the hold (its periodic work, the tail of its start).
+func cpuEvery(ctx context.Context, pid int, period time.Duration) (stop func() []float64) {
+	done := make(chan struct{})
+	out := make(chan []float64, 1)
+	go func() {
+		var ms []float64
+		prev, err := runSeconds(pid)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for err == nil {
+			select {
+			case <-ctx.Done():
+				out <- ms
+				return
+			case <-done:
+				out <- ms
+				return
+			case <-t.C:
+			}
+			var now float64
+			if now, err = runSeconds(pid); err == nil {
+				ms = append(ms, 1000*(now-prev))
+				prev = now
+			}
+		}
+		<-done
+		out <- ms
+	}()
+	return func() []float64 {
+		close(done)
+		return <-out
+	}
+}
+
+// writeIdleSeconds prints each round's idle hold second by second: the agent's CPU in
+// ms, which shows its periodic work apart from the tail of its start.
+func writeIdleSeconds(w io.Writer, sides map[string]sideResult) {
+	var lines []string
+	for _, side := range sidesOf(sides) {
+		for i, ms := range sides[side].CPUIdleBySecond {
+			parts := make([]string, len(ms))
+			for j, m := range ms {
+				parts[j] = strconv.FormatFloat(m, 'f', 1, 64)
+			}
+			lines = append(lines, fmt.Sprintf("- %s, round %d: %s", side, i+1, strings.Join(parts, " ")))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nAgent CPU (ms) in each second of the idle hold:\n\n"+strings.Join(lines, "\n")+"\n")
 }

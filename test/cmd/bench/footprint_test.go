@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -122,5 +123,45 @@ func TestRunSecondsKeepsAnEndedThreadsTime(t *testing.T) {
 	}
 	if r1-r0 < b.seconds-0.02 {
 		t.Errorf("run time grew by %.3f s while a thread that has ended ran %.3f s", r1-r0, b.seconds)
+	}
+}
+
+// cpuEvery splits the process's run time by period: a process that spins shows it in
+// the periods it spun, and stop returns at once.
+func TestCPUEverySplitsTheRunTime(t *testing.T) {
+	stop := cpuEvery(context.Background(), os.Getpid(), 50*time.Millisecond)
+	for end := time.Now().Add(220 * time.Millisecond); time.Now().Before(end); {
+	}
+	ms := stop()
+	if len(ms) < 3 {
+		t.Fatalf("%d periods of 50 ms over 220 ms, want at least 3: %v", len(ms), ms)
+	}
+	var sum float64
+	for _, m := range ms {
+		if m < 0 {
+			t.Errorf("a period ran %v ms", m)
+		}
+		sum += m
+	}
+	if sum < 100 {
+		t.Errorf("%v ms run over periods of a spinning process, want most of them: %v", sum, ms)
+	}
+}
+
+func TestWriteIdleSeconds(t *testing.T) {
+	var b strings.Builder
+	writeIdleSeconds(&b, map[string]sideResult{
+		"nodeagent": {CPUIdleBySecond: [][]float64{{4.51, 0, 7.1}}},
+		"kubelet":   {CPUIdleBySecond: [][]float64{{10}, {12.25}}},
+	})
+	want := "\nAgent CPU (ms) in each second of the idle hold:\n\n" +
+		"- nodeagent, round 1: 4.5 0.0 7.1\n- kubelet, round 1: 10.0\n- kubelet, round 2: 12.2\n"
+	if b.String() != want {
+		t.Errorf("got %q\nwant %q", b.String(), want)
+	}
+	b.Reset()
+	writeIdleSeconds(&b, map[string]sideResult{"floor": {}})
+	if b.Len() != 0 {
+		t.Errorf("without series: %q", b.String())
 	}
 }

@@ -261,7 +261,9 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	pids := cfg.Pids()
 	// The idle hold doubles as the new agent's settling time.
 	cpu0, _ := runSeconds(pid)
+	bySecond := cpuEvery(ctx, pid, time.Second)
 	idle, err := auditedHold(ctx, cfg.AuditLog(), o.hold)
+	idleBySecond := bySecond()
 	if err != nil {
 		return err
 	}
@@ -328,6 +330,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	r.Rounds = append(r.Rounds, res)
 	r.RSSIdle = append(r.RSSIdle, rssIdle)
 	r.CPUIdle = append(r.CPUIdle, cpu1-cpu0)
+	r.CPUIdleBySecond = append(r.CPUIdleBySecond, idleBySecond)
 	r.RequestsPerMinIdle = append(r.RequestsPerMinIdle, idle.perMinute)
 	r.RSSPods = append(r.RSSPods, held.rss)
 	r.AnonPods = append(r.AnonPods, held.anon)

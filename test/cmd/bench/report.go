@@ -38,7 +38,9 @@ type sideResult struct {
 	HWM      []float64 `json:"hwmMiB,omitempty"`
 	CPUPods  []float64 `json:"cpuSecondsWithPods,omitempty"`
 	CPUIdle  []float64 `json:"cpuSecondsIdle,omitempty"`
-	Requests []float64 `json:"apiserverRequests,omitempty"`
+	// CPUIdleBySecond is each second of each round's idle hold: the agent's CPU in ms.
+	CPUIdleBySecond [][]float64 `json:"cpuMillisecondsIdleBySecond,omitempty"`
+	Requests        []float64   `json:"apiserverRequests,omitempty"`
 	// RequestsHeld are the node's requests over the hold with N pods running (they are
 	// in Requests too), RequestsHeldBy their split by verb and resource.
 	RequestsHeld   []float64        `json:"apiserverRequestsDuringHoldWithPods,omitempty"`

@@ -26,6 +26,7 @@ func reportPods(w io.Writer, cfg *harness.Config, o options, stamp string, pr po
 	writeDeleteCPUTable(w, pr.Results)
 	writeElseTable(w, pr.Results)
 	writeRuntimeCallsTables(w, pr.Results, pr.Pods)
+	writeIdleSeconds(w, pr.Results)
 	c := cdfChart(pr)
 	if c == nil {
 		return
