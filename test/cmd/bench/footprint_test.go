@@ -126,25 +126,39 @@ func TestRunSecondsKeepsAnEndedThreadsTime(t *testing.T) {
 	}
 }
 
-// cpuEvery splits the process's run time by period: a process that spins shows it in
-// the periods it spun, and stop returns at once.
+// cpuEvery splits the process's run time by period: what a spinning process ran is in
+// the periods, to the stop (the last period is cut short by it).
 func TestCPUEverySplitsTheRunTime(t *testing.T) {
-	stop := cpuEvery(context.Background(), os.Getpid(), 50*time.Millisecond)
-	for end := time.Now().Add(220 * time.Millisecond); time.Now().Before(end); {
+	pid := os.Getpid()
+	before, err := runSeconds(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := cpuEvery(context.Background(), pid, 20*time.Millisecond)
+	// Spin until 100 ms have run, however busy the machine is.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		if now, _ := runSeconds(pid); now-before >= 0.1 {
+			break
+		}
 	}
 	ms := stop()
-	if len(ms) < 3 {
-		t.Fatalf("%d periods of 50 ms over 220 ms, want at least 3: %v", len(ms), ms)
+	after, _ := runSeconds(pid)
+	if len(ms) < 2 {
+		t.Fatalf("%d periods of 20 ms over at least 100 ms run, want more: %v", len(ms), ms)
 	}
+	// runSeconds counts the time of ended threads in 10-ms ticks (the process's less its
+	// live threads'), so a period may be off by a tick or two either way.
+	const ticks = 20
 	var sum float64
 	for _, m := range ms {
-		if m < 0 {
+		if m < -ticks {
 			t.Errorf("a period ran %v ms", m)
 		}
 		sum += m
 	}
-	if sum < 100 {
-		t.Errorf("%v ms run over periods of a spinning process, want most of them: %v", sum, ms)
+	// The sampler's first reading comes a moment after before.
+	if sum < 50 || sum > 1000*(after-before)+ticks {
+		t.Errorf("the periods hold %.1f ms; the process ran %.1f ms, at least 100: %v", sum, 1000*(after-before), ms)
 	}
 }
 
