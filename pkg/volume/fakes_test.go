@@ -87,6 +87,8 @@ type tokenReactor struct {
 	// failNext answers the next requests, one error each, before fail.
 	failNext []error
 	attempts int
+	// refusedPods are the pods (bound object UIDs) of the refused requests.
+	refusedPods []string
 }
 
 func (r *tokenReactor) react(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -99,6 +101,9 @@ func (r *tokenReactor) react(action k8stesting.Action) (bool, runtime.Object, er
 	if len(r.failNext) > 0 {
 		err := r.failNext[0]
 		r.failNext = r.failNext[1:]
+		if ref := action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest).Spec.BoundObjectRef; ref != nil {
+			r.refusedPods = append(r.refusedPods, string(ref.UID))
+		}
 		return true, nil, err
 	}
 	if r.fail != nil {

@@ -180,38 +180,62 @@ func (s *tokenSource) createToken(ctx context.Context, namespace, account string
 // authorizerLag holds a pod's first reads back while the Node authorizer
 // is known to be behind the agent's watch. When many pods are bound at
 // once, each asked at once while the authorizer's graph lags and each
-// refused; after one refusal the others wait out the same first retry
-// instead, so a burst costs one refused request where it cost one a pod.
-// Only a pod's first refusal moves the gate, and by one first wait: a
-// pod refused for good holds no other pod back for longer than that.
+// refused; after one refusal the others wait until the refused reads are
+// answered (the graph has caught up with those pods at least) instead of
+// being refused in turn, at one refusal a wave where it cost one a pod. A
+// refusal holds the others back for lagHoldMax at most: a pod refused for
+// good holds no other pod back for longer.
 type authorizerLag struct {
-	mu    sync.Mutex
+	mu sync.Mutex
+	// held counts the reads refused once and not answered otherwise yet;
+	// open is closed when it drops to zero, or at until at the latest.
+	held  int
+	open  chan struct{}
 	until time.Time
 }
 
-// refused notes a first refusal: reads begun within the first retry's
-// wait start at its end.
-func (l *authorizerLag) refused() {
-	t := time.Now().Add(forbiddenRetries[0])
+// lagHoldMax is the longest one refusal holds other pods' first reads.
+const lagHoldMax = 2 * time.Second
+
+// refused notes a read's first refusal and closes the gate; release, once
+// the read is answered (or given up), opens it when no other refused read
+// is left.
+func (l *authorizerLag) refused() (release func()) {
 	l.mu.Lock()
-	if t.After(l.until) {
+	defer l.mu.Unlock()
+	if l.held == 0 {
+		l.open = make(chan struct{})
+	}
+	l.held++
+	if t := time.Now().Add(lagHoldMax); t.After(l.until) {
 		l.until = t
 	}
-	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.held--; l.held == 0 {
+				close(l.open)
+			}
+		})
+	}
 }
 
 // wait returns once the gate is open, or ctx is done.
 func (l *authorizerLag) wait(ctx context.Context) {
 	l.mu.Lock()
-	d := time.Until(l.until)
+	open, d := l.open, time.Until(l.until)
+	held := l.held > 0
 	l.mu.Unlock()
-	if d <= 0 {
+	if !held || d <= 0 {
 		return
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+	case <-open:
 	case <-t.C:
 	}
 }
@@ -220,17 +244,19 @@ func (l *authorizerLag) wait(ctx context.Context) {
 // apiserver refuses it (Forbidden), and returns its last answer: what a
 // pod just bound here may read, the Node authorizer learns a moment after
 // the agent (the pod's token, its claims and their volumes). lag, shared
-// by all pods, holds the first attempt back while another pod's was
-// refused a moment ago.
+// by all pods, holds the first attempt back while another pod's refused
+// read is not answered yet.
 func whileForbidden[T any](ctx context.Context, lag *authorizerLag, read func() (T, error)) (T, error) {
 	lag.wait(ctx)
+	release := func() {}
+	defer func() { release() }()
 	for i := 0; ; i++ {
 		v, err := read()
 		if err == nil || !apierrors.IsForbidden(err) || i == len(forbiddenRetries) {
 			return v, err
 		}
 		if i == 0 {
-			lag.refused()
+			release = lag.refused()
 		}
 		t := time.NewTimer(forbiddenRetries[i])
 		select {

@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -142,6 +143,51 @@ func TestTokenRefusalHoldsOtherPodsBack(t *testing.T) {
 	}
 	if n := attempts(); n != 3 {
 		t.Errorf("%d requests, want 3: the refused one, its retry, the other pod's", n)
+	}
+}
+
+// While the authorizer's graph lags by more than a retry, the gate stays
+// closed until the refused pod's retry is answered: the other pod's first
+// request is not refused in turn.
+func TestTokenGateOpensWhenTheRefusedPodIsAnswered(t *testing.T) {
+	saved := forbiddenRetries
+	forbiddenRetries = []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}
+	t.Cleanup(func() { forbiddenRetries = saved })
+	forbidden := apierrors.NewForbidden(v1.Resource("serviceaccounts"), "default",
+		errors.New("no relationship found between node 'node-a' and this object"))
+	proj := &v1.ServiceAccountTokenProjection{Path: "t"}
+	ctx := context.Background()
+
+	f := newFixture(t)
+	// The first three requests, whoever sends them, are refused.
+	f.tokens.failNext = []error{forbidden, forbidden, forbidden}
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.mgr.tokens.token(ctx, basePod(), proj)
+		first <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		f.mgr.tokens.lag.mu.Lock()
+		held := f.mgr.tokens.lag.held > 0
+		f.mgr.tokens.lag.mu.Unlock()
+		if held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refusal never closed the gate")
+		}
+	}
+	other := basePod(func(p *v1.Pod) { p.Name, p.UID = "other", "uid-2" })
+	if _, err := f.mgr.tokens.token(ctx, other, proj); err != nil {
+		t.Fatalf("second pod: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("first pod after three refusals: %v", err)
+	}
+	f.tokens.mu.Lock()
+	defer f.tokens.mu.Unlock()
+	if f.tokens.attempts != 5 || slices.Contains(f.tokens.refusedPods, "uid-2") {
+		t.Errorf("%d requests, refused: %v; want 5, the first pod's four and the other pod's one, never refused", f.tokens.attempts, f.tokens.refusedPods)
 	}
 }
 
