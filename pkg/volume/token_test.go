@@ -89,25 +89,35 @@ func TestTokenErrors(t *testing.T) {
 	}
 }
 
+// firstPodRefused sets the retries' waits, has the apiserver refuse the next
+// refusals token requests as the Node authorizer does while its graph lags,
+// and asks the first pod's token in the background; its answer comes on the
+// channel.
+func firstPodRefused(t *testing.T, retries []time.Duration, refusals int) (*fixture, *v1.ServiceAccountTokenProjection, <-chan error) {
+	t.Helper()
+	saved := forbiddenRetries
+	forbiddenRetries = retries
+	t.Cleanup(func() { forbiddenRetries = saved })
+	f := newFixture(t)
+	for range refusals {
+		f.tokens.failNext = append(f.tokens.failNext, apierrors.NewForbidden(v1.Resource("serviceaccounts"), "default",
+			errors.New("no relationship found between node 'node-a' and this object")))
+	}
+	proj := &v1.ServiceAccountTokenProjection{Path: "t"}
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.mgr.tokens.token(context.Background(), basePod(), proj)
+		first <- err
+	}()
+	return f, proj, first
+}
+
 // While 100 pods are bound at once the Node authorizer's graph lags them
 // all: after one pod's first token is refused, another pod's first request
 // waits out the same retry instead of being refused in turn.
 func TestTokenRefusalHoldsOtherPodsBack(t *testing.T) {
-	saved := forbiddenRetries
-	forbiddenRetries = []time.Duration{200 * time.Millisecond, time.Millisecond}
-	t.Cleanup(func() { forbiddenRetries = saved })
-	forbidden := apierrors.NewForbidden(v1.Resource("serviceaccounts"), "default",
-		errors.New("no relationship found between node 'node-a' and this object"))
-	proj := &v1.ServiceAccountTokenProjection{Path: "t"}
+	f, proj, first := firstPodRefused(t, []time.Duration{200 * time.Millisecond, time.Millisecond}, 1)
 	ctx := context.Background()
-
-	f := newFixture(t)
-	f.tokens.failNext = []error{forbidden}
-	first := make(chan error, 1)
-	go func() {
-		_, err := f.mgr.tokens.token(ctx, basePod(), proj)
-		first <- err
-	}()
 	attempts := func() int {
 		f.tokens.mu.Lock()
 		defer f.tokens.mu.Unlock()
@@ -150,22 +160,10 @@ func TestTokenRefusalHoldsOtherPodsBack(t *testing.T) {
 // closed until the refused pod's retry is answered: the other pod's first
 // request is not refused in turn.
 func TestTokenGateOpensWhenTheRefusedPodIsAnswered(t *testing.T) {
-	saved := forbiddenRetries
-	forbiddenRetries = []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}
-	t.Cleanup(func() { forbiddenRetries = saved })
-	forbidden := apierrors.NewForbidden(v1.Resource("serviceaccounts"), "default",
-		errors.New("no relationship found between node 'node-a' and this object"))
-	proj := &v1.ServiceAccountTokenProjection{Path: "t"}
-	ctx := context.Background()
-
-	f := newFixture(t)
 	// The first three requests, whoever sends them, are refused.
-	f.tokens.failNext = []error{forbidden, forbidden, forbidden}
-	first := make(chan error, 1)
-	go func() {
-		_, err := f.mgr.tokens.token(ctx, basePod(), proj)
-		first <- err
-	}()
+	step := 100 * time.Millisecond
+	f, proj, first := firstPodRefused(t, []time.Duration{step, step, step, step}, 3)
+	ctx := context.Background()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		f.mgr.tokens.lag.mu.Lock()
 		held := f.mgr.tokens.lag.held > 0
