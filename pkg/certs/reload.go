@@ -140,17 +140,21 @@ func (r *reloader[T]) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case _, ok := <-events:
-			if !ok {
-				events, watchErrors = nil, nil
-				ticker.Reset(r.interval)
-			} else {
+			if ok {
 				settle.Reset(reloadSettle)
+				continue
 			}
+			// The watch ended: back to looking every interval.
+			events, watchErrors = nil, nil
+			ticker.Reset(r.interval)
 			continue
 		case err, ok := <-watchErrors:
 			if ok {
 				logger.V(2).Info("Watching the files' directories", "err", err.Error())
+				continue
 			}
+			events, watchErrors = nil, nil
+			ticker.Reset(r.interval)
 			continue
 		case <-settle.C:
 		case <-ticker.C:
