@@ -133,14 +133,14 @@ func (p *Provider) systemContainerStats(ctx context.Context, now time.Time, pods
 		}
 		u, err := p.cgroups.read(sc.cgroup)
 		if err != nil {
-			level := klog.Level(2)
-			if _, seen := p.unreadable.LoadOrStore(sc.cgroup, true); seen {
+			level := 2
+			if _, seen := p.unreadable.LoadOrStore(sc.name, true); seen {
 				level = 4
 			}
-			klog.FromContext(ctx).V(int(level)).Info("Reading a system container's cgroup failed", "container", sc.name, "cgroup", sc.cgroup, "err", err.Error())
+			klog.FromContext(ctx).V(level).Info("Reading a system container's cgroup failed", "container", sc.name, "cgroup", sc.cgroup, "err", err.Error())
 			continue
 		}
-		p.unreadable.Delete(sc.cgroup)
+		p.unreadable.Delete(sc.name)
 		start := sc.start
 		if start.IsZero() {
 			start = u.created

@@ -173,8 +173,8 @@ type Provider struct {
 	volumes  *volumeCache
 	bootTime time.Time
 	memTotal uint64
-	// unreadable holds the system containers' cgroups whose last read
-	// failed, so that the failure is logged once at level 2.
+	// unreadable holds the system containers (by name) whose cgroup's
+	// last read failed, so that the failure is logged once at level 2.
 	unreadable sync.Map
 }
 
