@@ -130,6 +130,11 @@ func (r *reloader[T]) run(ctx context.Context) error {
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	// The watch ended: back to looking every interval.
+	unwatch := func() {
+		events, watchErrors = nil, nil
+		ticker.Reset(r.interval)
+	}
 	// A first look once the watch is on: a change since the files were
 	// loaded may have come before it.
 	settle := time.NewTimer(0)
@@ -142,19 +147,16 @@ func (r *reloader[T]) run(ctx context.Context) error {
 		case _, ok := <-events:
 			if ok {
 				settle.Reset(reloadSettle)
-				continue
+			} else {
+				unwatch()
 			}
-			// The watch ended: back to looking every interval.
-			events, watchErrors = nil, nil
-			ticker.Reset(r.interval)
 			continue
 		case err, ok := <-watchErrors:
 			if ok {
 				logger.V(2).Info("Watching the files' directories", "err", err.Error())
-				continue
+			} else {
+				unwatch()
 			}
-			events, watchErrors = nil, nil
-			ticker.Reset(r.interval)
 			continue
 		case <-settle.C:
 		case <-ticker.C:

@@ -56,6 +56,9 @@ type Config struct {
 type Controller struct {
 	cfg  Config
 	wake chan struct{}
+	// idle: the last pass found the lists complete and neither a static
+	// nor a mirror pod (Run's goroutine only).
+	idle bool
 }
 
 // New validates cfg and builds a Controller.
@@ -113,7 +116,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // nextPass is how long until a pass without a wake-up, after a pass that
 // ended with err.
 func (c *Controller) nextPass(err error) time.Duration {
-	if err != nil || !c.cfg.Listed() || len(c.cfg.StaticPods()) > 0 || len(c.cfg.MirrorPods()) > 0 {
+	if err != nil || !c.idle {
 		return c.cfg.Resync
 	}
 	return max(c.cfg.Resync, idleResync)
@@ -121,10 +124,13 @@ func (c *Controller) nextPass(err error) time.Duration {
 
 // pass plans from what is known now and carries the plan out.
 func (c *Controller) pass(ctx context.Context) error {
+	c.idle = false
 	if !c.cfg.Listed() {
 		return nil
 	}
-	actions := plan(c.cfg.StaticPods(), c.cfg.MirrorPods(), c.cfg.StillRunning)
+	static, mirrors := c.cfg.StaticPods(), c.cfg.MirrorPods()
+	c.idle = len(static) == 0 && len(mirrors) == 0
+	actions := plan(static, mirrors, c.cfg.StillRunning)
 	if len(actions) == 0 {
 		return nil
 	}

@@ -243,6 +243,14 @@ func TestControllerRunWakes(t *testing.T) {
 // brings back the resync.
 func TestControllerResyncsOnlyWithWorkToKeep(t *testing.T) {
 	f := newFixture(t)
+	ctx := context.Background()
+	passed := func() {
+		t.Helper()
+		if err := f.c.pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	passed()
 	if got := f.c.nextPass(nil); got != idleResync {
 		t.Errorf("idle node: next pass in %v, want %v", got, idleResync)
 	}
@@ -250,11 +258,13 @@ func TestControllerResyncsOnlyWithWorkToKeep(t *testing.T) {
 		t.Errorf("after a failed pass: next in %v, want %v", got, DefaultResync)
 	}
 	f.static = []*v1.Pod{static("a", "h1")}
+	passed()
 	if got := f.c.nextPass(nil); got != DefaultResync {
 		t.Errorf("with a static pod: next pass in %v, want %v", got, DefaultResync)
 	}
 	f.static = nil
 	f.c.cfg.Listed = func() bool { return false }
+	passed()
 	if got := f.c.nextPass(nil); got != DefaultResync {
 		t.Errorf("lists not complete: next pass in %v, want %v", got, DefaultResync)
 	}

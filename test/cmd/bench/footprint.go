@@ -196,37 +196,31 @@ func auditedHold(ctx context.Context, path string, d time.Duration) (heldRequest
 // cpuEvery samples pid's run time (runSeconds) every period until the returned stop is
 // called, and stop returns the time run in each period, in milliseconds, the last one
 // cut short by the stop: where an idle agent's CPU goes over the hold (its periodic work,
-// the tail of its start).
-func cpuEvery(ctx context.Context, pid int, period time.Duration) (stop func() []float64) {
+// the tail of its start). A reading that fails (the process gone) is left out.
+func cpuEvery(pid int, period time.Duration) (stop func() []float64) {
 	done := make(chan struct{})
-	out := make(chan []float64, 1)
+	out := make(chan []float64)
 	go func() {
 		var ms []float64
-		prev, err := runSeconds(pid)
+		prev, _ := runSeconds(pid)
 		sample := func() {
-			var now float64
-			if now, err = runSeconds(pid); err == nil {
+			if now, err := runSeconds(pid); err == nil {
 				ms = append(ms, 1000*(now-prev))
 				prev = now
 			}
 		}
 		t := time.NewTicker(period)
 		defer t.Stop()
-		for err == nil {
+		for {
 			select {
-			case <-ctx.Done():
-				out <- ms
-				return
+			case <-t.C:
+				sample()
 			case <-done:
 				sample()
 				out <- ms
 				return
-			case <-t.C:
-				sample()
 			}
 		}
-		<-done
-		out <- ms
 	}()
 	return func() []float64 {
 		close(done)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,7 +133,7 @@ func TestCPUEverySplitsTheRunTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := cpuEvery(context.Background(), pid, 20*time.Millisecond)
+	stop := cpuEvery(pid, 20*time.Millisecond)
 	// Spin until 300 ms have run, however busy the machine is.
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 		if now, _ := runSeconds(pid); now-before >= 0.3 {

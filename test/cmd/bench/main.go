@@ -261,7 +261,7 @@ func measure(ctx context.Context, cfg *harness.Config, side string, o options, r
 	pids := cfg.Pids()
 	// The idle hold doubles as the new agent's settling time.
 	cpu0, _ := runSeconds(pid)
-	bySecond := cpuEvery(ctx, pid, time.Second)
+	bySecond := cpuEvery(pid, time.Second)
 	idle, err := auditedHold(ctx, cfg.AuditLog(), o.hold)
 	idleBySecond := bySecond()
 	if err != nil {
