@@ -353,6 +353,7 @@ func run(ctx context.Context, cfg *agentConfig) error {
 		MaxSize:  logMaxSize.Value(),
 		MaxFiles: int(*kc.ContainerLogMaxFiles),
 		Interval: kc.ContainerLogMonitorInterval.Duration,
+		Running:  podEvents.Cache().RunningContainers,
 	})
 	if err != nil {
 		return err

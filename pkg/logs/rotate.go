@@ -52,6 +52,13 @@ type Config struct {
 	Interval time.Duration
 	// Clock names rotated files and ticks. Defaults to the real clock.
 	Clock clock.WithTicker
+	// Running, when set, lists the running containers' IDs as the agent
+	// already knows them (its PLEG's cache), so that a round asks the
+	// runtime nothing unless a container is new or its log must be
+	// reopened; ok is false until it knows (the first relist), and the
+	// round then lists the runtime's containers. Nil: every round lists
+	// them.
+	Running func() (ids []string, ok bool)
 }
 
 // Rotator rotates the logs of running containers.
@@ -113,21 +120,20 @@ func (r *Rotator) Run(ctx context.Context) error {
 // cannot be rotated is logged and left for the next round.
 func (r *Rotator) RotateAll(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	running := &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}
-	containers, err := r.cfg.Runtime.ListContainers(ctx, running)
+	ids, err := r.running(ctx)
 	if err != nil {
 		logger.Error(err, "Listing containers for log rotation failed")
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	known := make(map[string]*containerLog, len(containers))
-	for _, c := range containers {
-		cl, ok := r.known[c.Id]
+	known := make(map[string]*containerLog, len(ids))
+	for _, id := range ids {
+		cl, ok := r.known[id]
 		if !ok {
-			resp, err := r.cfg.Runtime.ContainerStatus(ctx, c.Id, false)
+			resp, err := r.cfg.Runtime.ContainerStatus(ctx, id, false)
 			if err != nil {
-				logger.Info("Container log rotation failed", "containerID", c.Id, "err", err.Error())
+				logger.Info("Container log rotation failed", "containerID", id, "err", err.Error())
 				continue
 			}
 			st := resp.GetStatus()
@@ -136,15 +142,35 @@ func (r *Rotator) RotateAll(ctx context.Context) {
 			}
 			cl = &containerLog{path: st.GetLogPath(), tidy: true}
 		}
-		known[c.Id] = cl
+		known[id] = cl
 		if cl.path == "" {
 			continue
 		}
-		if err := r.rotateContainer(ctx, c.Id, cl); err != nil {
-			logger.Info("Container log rotation failed", "containerID", c.Id, "err", err.Error())
+		if err := r.rotateContainer(ctx, id, cl); err != nil {
+			logger.Info("Container log rotation failed", "containerID", id, "err", err.Error())
 		}
 	}
 	r.known = known // containers no longer running are forgotten
+}
+
+// running is the IDs of the running containers: Config.Running's, or else
+// the runtime's list.
+func (r *Rotator) running(ctx context.Context) ([]string, error) {
+	if r.cfg.Running != nil {
+		if ids, ok := r.cfg.Running(); ok {
+			return ids, nil
+		}
+	}
+	filter := &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}
+	containers, err := r.cfg.Runtime.ListContainers(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(containers))
+	for i, c := range containers {
+		ids[i] = c.Id
+	}
+	return ids, nil
 }
 
 func (r *Rotator) rotateContainer(ctx context.Context, id string, cl *containerLog) error {

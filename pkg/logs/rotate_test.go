@@ -24,10 +24,12 @@ type fakeRuntime struct {
 	failOpen bool
 	state    runtimeapi.ContainerState
 	statuses int
+	lists    int
 	gone     bool // no container runs
 }
 
 func (f *fakeRuntime) ListContainers(context.Context, *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	f.lists++
 	if f.gone {
 		return nil, nil
 	}
@@ -271,5 +273,41 @@ func TestLogPathAskedOncePerContainer(t *testing.T) {
 	r.RotateAll(ctx)
 	if rt.statuses != 2 {
 		t.Errorf("ContainerStatus asked %d times, want again once the container ran again", rt.statuses)
+	}
+}
+
+// With the agent's own list of running containers, a round asks the runtime nothing but a
+// new container's log path, until that list is not known yet, when it lists the runtime's.
+func TestRunningFromTheAgentsList(t *testing.T) {
+	dir, path, rt, clk, r := newRotator(t, time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC))
+	var ids []string
+	known := false
+	r.cfg.Running = func() ([]string, bool) { return ids, known }
+	ctx := context.Background()
+	if err := os.WriteFile(path, []byte(strings.Repeat("x", 101)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.RotateAll(ctx)
+	if rt.lists != 1 || rt.reopens != 1 {
+		t.Fatalf("before the agent knew: %d lists, %d reopens; want the runtime listed and the log rotated", rt.lists, rt.reopens)
+	}
+	known = true
+	for range 3 {
+		r.RotateAll(ctx)
+	}
+	if rt.lists != 1 {
+		t.Errorf("%d lists with the agent's list known (and empty), want none more", rt.lists-1)
+	}
+	ids = []string{"c1"}
+	clk.Step(time.Second)
+	if err := os.WriteFile(path, []byte(strings.Repeat("x", 101)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.RotateAll(ctx)
+	if rt.lists != 1 || rt.statuses != 2 || rt.reopens != 2 {
+		t.Errorf("the container in the agent's list: %d lists, %d statuses, %d reopens; want 1, 2 (asked again after it was forgotten), 2", rt.lists, rt.statuses, rt.reopens)
+	}
+	if n := len(listDir(t, dir)); n != 3 {
+		t.Errorf("%d files after two rotations, want 3: %v", n, listDir(t, dir))
 	}
 }

@@ -152,6 +152,24 @@ func (c *Cache) Pods() ([]*runtime.PodStatus, time.Time) {
 	return out, c.stamp
 }
 
+// RunningContainers lists the IDs of the containers the cache has as
+// running; ok is false before the first relist of the whole runtime.
+func (c *Cache) RunningContainers() (ids []string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stamp.IsZero() {
+		return nil, false
+	}
+	for _, p := range c.pods {
+		for _, ct := range p.Containers {
+			if ct.State == runtime.ContainerRunning {
+				ids = append(ids, ct.ID)
+			}
+		}
+	}
+	return ids, true
+}
+
 // Has says whether the runtime holds something of the pod.
 func (c *Cache) Has(uid types.UID) bool {
 	c.mu.Lock()

@@ -33,6 +33,9 @@ func TestRelistReportsChangesAndIgnoresForeignSandboxes(t *testing.T) {
 	ours := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u1"},
 		Labels: map[string]string{runtime.LabelPodUID: "u1", runtime.LabelPodName: "p", runtime.LabelPodNamespace: "ns"}}
 	foreign := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "x", Namespace: "ns", Uid: "x1"}}
+	if _, ok := p.Cache().RunningContainers(); ok {
+		t.Fatal("running containers known before the first relist")
+	}
 	sb, _ := rt.RunPodSandbox(ctx, ours, "")
 	_, _ = rt.RunPodSandbox(ctx, foreign, "")
 	if got := relist(); len(got) != 1 || got[0] != "u1" {
@@ -56,6 +59,9 @@ func TestRelistReportsChangesAndIgnoresForeignSandboxes(t *testing.T) {
 	if len(st.Sandboxes) != 1 || len(st.Sandboxes[0].IPs) == 0 {
 		t.Errorf("sandbox IPs not read: %+v", st.Sandboxes)
 	}
+	if ids, ok := p.Cache().RunningContainers(); !ok || len(ids) != 1 || ids[0] != id {
+		t.Errorf("RunningContainers() = %v, %v; want [%s]", ids, ok, id)
+	}
 	if pods, at := p.Cache().Pods(); len(pods) != 1 || pods[0] != st || !at.Equal(stamp) {
 		t.Errorf("Pods() = %+v at %s, want the one pod Get returns, at %s", pods, at, stamp)
 	}
@@ -67,6 +73,9 @@ func TestRelistReportsChangesAndIgnoresForeignSandboxes(t *testing.T) {
 	}
 	if st, _ := p.Cache().Get("u1"); len(st.Sandboxes)+len(st.Containers) != 0 {
 		t.Errorf("removed pod still cached: %+v", st)
+	}
+	if ids, ok := p.Cache().RunningContainers(); !ok || len(ids) != 0 {
+		t.Errorf("RunningContainers() = %v, %v after the removal; want none, known", ids, ok)
 	}
 }
 

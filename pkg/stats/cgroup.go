@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -246,29 +245,14 @@ var smallFiles = sync.Pool{New: func() any {
 // withFile reads the file at path into a lent buffer and hands its
 // content to use, which must not keep it.
 func withFile(path string, use func([]byte) error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 	bp := smallFiles.Get().(*[]byte)
-	b := (*bp)[:0]
+	b, err := readSmall(path, (*bp)[:0])
 	defer func() {
 		*bp = b[:0]
 		smallFiles.Put(bp)
 	}()
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := f.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	if err != nil {
+		return err
 	}
 	return use(b)
 }

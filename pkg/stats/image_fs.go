@@ -14,7 +14,7 @@ import (
 // runtime keeps them (nil when that cannot be read). Image garbage
 // collection and eviction decide from it.
 func (p *Provider) ImageFsStats(ctx context.Context) (*statsapi.FsStats, error) {
-	rs, err := p.readRuntimeFs(ctx, p.cfg.Clock.Now())
+	rs, err := p.readRuntimeFs(ctx, p.cfg.Clock.Now(), false)
 	if err != nil {
 		return nil, fmt.Errorf("image filesystem: %w", err)
 	}

@@ -65,7 +65,7 @@ func (p *Provider) nodeStats(ctx context.Context, view nodeView) (statsapi.NodeS
 	} else {
 		logger.Error(err, "Reading the root filesystem failed")
 	}
-	ns.Runtime = p.runtimeFs(ctx, now)
+	ns.Runtime = p.runtimeFs(ctx, now, view == nodeSignals)
 	if rl, err := p.rlimit(now); err == nil {
 		ns.Rlimit = rl
 	} else {
@@ -196,12 +196,20 @@ func (p *Provider) nodeNetwork(now time.Time) (*statsapi.NetworkStats, error) {
 	return ns, nil
 }
 
+// imageFsInfoReuse is how long the eviction signals' view reuses the
+// runtime's last answer of where its filesystems are: the signals read
+// the filesystems' free space and inodes, from statfs at each pass; the
+// usage the runtime counts (stamped with its own time) is at most this
+// old there.
+const imageFsInfoReuse = time.Minute
+
 // runtimeFs asks the runtime where its images and containers' writable
 // layers live and how much they take; capacity and free space come from
 // statfs of those filesystems. The container filesystem is the image
-// filesystem unless the runtime keeps them apart.
-func (p *Provider) runtimeFs(ctx context.Context, now time.Time) *statsapi.RuntimeStats {
-	rs, err := p.readRuntimeFs(ctx, now)
+// filesystem unless the runtime keeps them apart. With reuse, an answer
+// of the runtime's younger than imageFsInfoReuse is used again.
+func (p *Provider) runtimeFs(ctx context.Context, now time.Time, reuse bool) *statsapi.RuntimeStats {
+	rs, err := p.readRuntimeFs(ctx, now, reuse)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Asking the runtime for its image filesystem failed")
 		return nil
@@ -209,10 +217,29 @@ func (p *Provider) runtimeFs(ctx context.Context, now time.Time) *statsapi.Runti
 	return rs
 }
 
-// readRuntimeFs is runtimeFs, with the runtime's error.
-func (p *Provider) readRuntimeFs(ctx context.Context, now time.Time) (*statsapi.RuntimeStats, error) {
-	logger := klog.FromContext(ctx)
+// imageFsInfo is the runtime's answer: with reuse, its last one while
+// younger than imageFsInfoReuse; else asked now (and kept).
+func (p *Provider) imageFsInfo(ctx context.Context, now time.Time, reuse bool) (*runtimeapi.ImageFsInfoResponse, error) {
+	p.fsInfo.Lock()
+	last, at := p.fsInfo.resp, p.fsInfo.at
+	p.fsInfo.Unlock()
+	if reuse && last != nil && now.Sub(at) < imageFsInfoReuse {
+		return last, nil
+	}
 	resp, err := p.cfg.Images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+	if err != nil {
+		return nil, err
+	}
+	p.fsInfo.Lock()
+	p.fsInfo.resp, p.fsInfo.at = resp, now
+	p.fsInfo.Unlock()
+	return resp, nil
+}
+
+// readRuntimeFs is runtimeFs, with the runtime's error.
+func (p *Provider) readRuntimeFs(ctx context.Context, now time.Time, reuse bool) (*statsapi.RuntimeStats, error) {
+	logger := klog.FromContext(ctx)
+	resp, err := p.imageFsInfo(ctx, now, reuse)
 	if err != nil {
 		return nil, err
 	}
@@ -248,10 +275,23 @@ func (p *Provider) readRuntimeFs(ctx context.Context, now time.Time) (*statsapi.
 	return rs, nil
 }
 
+// maxPIDReuse is how long the kernel's process limits, read from two
+// sysctl files, are used again (they change only when an administrator
+// sets them).
+const maxPIDReuse = time.Minute
+
 func (p *Provider) rlimit(now time.Time) (*statsapi.RlimitStats, error) {
-	maxPID, err := p.proc.maxPID()
-	if err != nil {
-		return nil, err
+	p.pidLimit.Lock()
+	maxPID, at := p.pidLimit.v, p.pidLimit.at
+	p.pidLimit.Unlock()
+	if at.IsZero() || now.Sub(at) >= maxPIDReuse {
+		var err error
+		if maxPID, err = p.proc.maxPID(); err != nil {
+			return nil, err
+		}
+		p.pidLimit.Lock()
+		p.pidLimit.v, p.pidLimit.at = maxPID, now
+		p.pidLimit.Unlock()
 	}
 	procs, err := p.cfg.Processes()
 	if err != nil {

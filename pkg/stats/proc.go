@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,7 +16,7 @@ type procFS struct {
 }
 
 func (p procFS) read(name string) ([]byte, error) {
-	return os.ReadFile(filepath.Join(p.root, name))
+	return readSmall(filepath.Join(p.root, name), make([]byte, 0, 512))
 }
 
 // meminfo returns /proc/meminfo in bytes by key (MemTotal, MemFree,

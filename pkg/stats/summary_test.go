@@ -428,6 +428,60 @@ func TestNodeSummaryHoldsWhatTheSignalsRead(t *testing.T) {
 	}
 }
 
+// The eviction signals' view asks the runtime where its filesystems are once a minute, and
+// stats them at every pass; the full Summary asks it every time. The process limit is read
+// once a minute.
+func TestNodeSummaryReusesTheRuntimesFilesystemsAndPIDLimit(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	asked := func() int {
+		f.cri.mu.Lock()
+		defer f.cri.mu.Unlock()
+		n := 0
+		for _, c := range f.cri.calls {
+			if c == "ImageFsInfo" {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 3 {
+		s, err := f.provider.NodeSummary(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rt := s.Node.Runtime; rt == nil || rt.ImageFs == nil || rt.ImageFs.AvailableBytes == nil || rt.ImageFs.InodesFree == nil {
+			t.Fatalf("pass %d: runtime filesystems %+v, want the image filesystem's free space and inodes", i, rt)
+		}
+		f.clock.Step(15 * time.Second)
+	}
+	if n := asked(); n != 1 {
+		t.Errorf("ImageFsInfo asked %d times in 3 passes within a minute, want once", n)
+	}
+	// The kernel's process limit too is read once a minute.
+	writeFile(t, filepath.Join(f.proc, "sys", "kernel", "threads-max"), "90000\n")
+	if s, err := f.provider.NodeSummary(ctx); err != nil || *s.Node.Rlimit.MaxPID != 120000 {
+		t.Errorf("max PID read again within a minute: %v", err)
+	}
+	f.clock.Step(16 * time.Second) // 61 s since both were read
+	s, err := f.provider.NodeSummary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := asked(); n != 2 {
+		t.Errorf("ImageFsInfo asked %d times, want again once a minute has passed", n)
+	}
+	if got := *s.Node.Rlimit.MaxPID; got != 90000 {
+		t.Errorf("max PID %d a minute on, want the new threads-max 90000", got)
+	}
+	if _, err := f.provider.Summary(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := asked(); n != 3 {
+		t.Errorf("ImageFsInfo asked %d times, want the full summary to ask", n)
+	}
+}
+
 func TestSummaryWithoutSandboxStats(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
