@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -18,7 +18,7 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 // v1Cgroup writes one cgroup of a fake v1 tree: cpuacct and memory.
-func v1Cgroup(t *testing.T, mount, path string, cpuNanos, usage, limit, inactiveFile, rss uint64) {
+func v1Cgroup(t testing.TB, mount, path string, cpuNanos, usage, limit, inactiveFile, rss uint64) {
 	t.Helper()
 	writeFile(t, filepath.Join(mount, "cpuacct", path, "cpuacct.usage"), itoa(cpuNanos)+"\n")
 	mem := filepath.Join(mount, "memory", path)
@@ -30,7 +30,7 @@ func v1Cgroup(t *testing.T, mount, path string, cpuNanos, usage, limit, inactive
 }
 
 // v2Cgroup writes one non-root cgroup of a fake v2 tree.
-func v2Cgroup(t *testing.T, mount, path string, cpuUsec, current uint64, max string, inactiveFile, anon uint64) {
+func v2Cgroup(t testing.TB, mount, path string, cpuUsec, current uint64, max string, inactiveFile, anon uint64) {
 	t.Helper()
 	dir := filepath.Join(mount, path)
 	writeFile(t, filepath.Join(dir, "cpu.stat"), "usage_usec "+itoa(cpuUsec)+"\nuser_usec 1\nsystem_usec 2\n")
@@ -39,7 +39,7 @@ func v2Cgroup(t *testing.T, mount, path string, cpuUsec, current uint64, max str
 	writeFile(t, filepath.Join(dir, "memory.stat"), "anon "+itoa(anon)+"\nfile 500\ninactive_file "+itoa(inactiveFile)+"\npgfault 40\npgmajfault 4\n")
 }
 
-func fakeProc(t *testing.T) string {
+func fakeProc(t testing.TB) string {
 	t.Helper()
 	root := t.TempDir()
 	writeFile(t, filepath.Join(root, "meminfo"), "MemTotal:       16384000 kB\nMemFree:         4096000 kB\nInactive(file):  2048000 kB\nAnonPages:       1024000 kB\n")

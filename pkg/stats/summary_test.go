@@ -102,7 +102,7 @@ type fixture struct {
 	webSandbox, webContainer string
 }
 
-func newFixture(t *testing.T, unified bool) *fixture {
+func newFixture(t testing.TB, unified bool) *fixture {
 	t.Helper()
 	t0 := time.Unix(1_800_000_000, 0)
 	f := &fixture{
@@ -178,7 +178,7 @@ func newFixture(t *testing.T, unified bool) *fixture {
 
 // writeCgroups writes the cgroup tree as it is step seconds in, each
 // cgroup using a known amount of CPU per second.
-func (f *fixture) writeCgroups(t *testing.T, unified bool, step uint64) {
+func (f *fixture) writeCgroups(t testing.TB, unified bool, step uint64) {
 	t.Helper()
 	type cg struct {
 		path    string
