@@ -277,7 +277,7 @@ func TestLogPathAskedOncePerContainer(t *testing.T) {
 }
 
 // With the agent's own list of running containers, a round asks the runtime nothing but a
-// new container's log path, until that list is not known yet, when it lists the runtime's.
+// new container's log path; while that list is not known yet, it lists the runtime's.
 func TestRunningFromTheAgentsList(t *testing.T) {
 	dir, path, rt, clk, r := newRotator(t, time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC))
 	var ids []string

@@ -10,7 +10,7 @@ import (
 // system's open, read and close alone. The files it is for (cgroup and
 // proc files, a few hundred bytes each) are read by every pass of the
 // eviction manager and the housekeeping; os.Open would register each with
-// the runtime's poller (a fcntl and epoll_ctl calls), which doubles the
+// the runtime's poller (a fcntl and two epoll_ctl calls), which doubles the
 // system calls of the read, each of them dear on a virtual machine.
 // Errors are *fs.PathError of the errno, so errors.Is(err,
 // fs.ErrNotExist) holds as with os.Open.
