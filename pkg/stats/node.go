@@ -217,29 +217,12 @@ func (p *Provider) runtimeFs(ctx context.Context, now time.Time, reuse bool) *st
 	return rs
 }
 
-// imageFsInfo is the runtime's answer: with reuse, its last one while
-// younger than imageFsInfoReuse; else asked now (and kept).
-func (p *Provider) imageFsInfo(ctx context.Context, now time.Time, reuse bool) (*runtimeapi.ImageFsInfoResponse, error) {
-	p.fsInfo.Lock()
-	last, at := p.fsInfo.resp, p.fsInfo.at
-	p.fsInfo.Unlock()
-	if reuse && last != nil && now.Sub(at) < imageFsInfoReuse {
-		return last, nil
-	}
-	resp, err := p.cfg.Images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
-	if err != nil {
-		return nil, err
-	}
-	p.fsInfo.Lock()
-	p.fsInfo.resp, p.fsInfo.at = resp, now
-	p.fsInfo.Unlock()
-	return resp, nil
-}
-
 // readRuntimeFs is runtimeFs, with the runtime's error.
 func (p *Provider) readRuntimeFs(ctx context.Context, now time.Time, reuse bool) (*statsapi.RuntimeStats, error) {
 	logger := klog.FromContext(ctx)
-	resp, err := p.imageFsInfo(ctx, now, reuse)
+	resp, err := p.fsInfo.get(now, imageFsInfoReuse, !reuse, func() (*runtimeapi.ImageFsInfoResponse, error) {
+		return p.cfg.Images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -281,17 +264,9 @@ func (p *Provider) readRuntimeFs(ctx context.Context, now time.Time, reuse bool)
 const maxPIDReuse = time.Minute
 
 func (p *Provider) rlimit(now time.Time) (*statsapi.RlimitStats, error) {
-	p.pidLimit.Lock()
-	maxPID, at := p.pidLimit.v, p.pidLimit.at
-	p.pidLimit.Unlock()
-	if at.IsZero() || now.Sub(at) >= maxPIDReuse {
-		var err error
-		if maxPID, err = p.proc.maxPID(); err != nil {
-			return nil, err
-		}
-		p.pidLimit.Lock()
-		p.pidLimit.v, p.pidLimit.at = maxPID, now
-		p.pidLimit.Unlock()
+	maxPID, err := p.pidLimit.get(now, maxPIDReuse, false, p.proc.maxPID)
+	if err != nil {
+		return nil, err
 	}
 	procs, err := p.cfg.Processes()
 	if err != nil {

@@ -176,19 +176,11 @@ type Provider struct {
 	// unreadable holds the system containers (by name) whose cgroup's
 	// last read failed, so that the failure is logged once at level 2.
 	unreadable sync.Map
-	// fsInfo is the runtime's last ImageFsInfo answer and when it was
-	// asked, for the eviction signals' reuse (imageFsInfoReuse).
-	fsInfo struct {
-		sync.Mutex
-		resp *runtimeapi.ImageFsInfoResponse
-		at   time.Time
-	}
-	// pidLimit is the kernel's process limit as last read (maxPIDReuse).
-	pidLimit struct {
-		sync.Mutex
-		v  int64
-		at time.Time
-	}
+	// fsInfo is the runtime's last ImageFsInfo answer, for the eviction
+	// signals' reuse (imageFsInfoReuse); pidLimit the kernel's process
+	// limit as last read (maxPIDReuse).
+	fsInfo   reused[*runtimeapi.ImageFsInfoResponse]
+	pidLimit reused[int64]
 }
 
 // New validates cfg, fills defaults and reads what does not change: the
