@@ -66,6 +66,12 @@ type podActions struct {
 	Done bool
 }
 
+// createsAnything says whether the plan creates a sandbox or a container.
+func (a *podActions) createsAnything() bool {
+	return a.CreateSandbox || a.NextInit >= 0 || len(a.ContainersToStart) > 0 ||
+		len(a.SidecarsToStart) > 0 || len(a.EphemeralToStart) > 0
+}
+
 // computePodActions decides what to do with a pod given what the runtime
 // shows of it, what the probes say of its running containers, and which
 // containers this agent failed to start (by ID; see leftover). It is

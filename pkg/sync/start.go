@@ -187,6 +187,15 @@ func (p *pass) run(ctx context.Context) {
 		}
 	}
 
+	if !plan.createsAnything() {
+		// A pass with nothing to create (a resync of a running pod) needs no
+		// sandbox config: building it reads the host's resolv.conf.
+		p.podIPs = w.sandboxIPs(ctx, pod, p.observed, plan.SandboxID)
+		for _, id := range plan.ContainersToStartExisting {
+			p.startExisting(ctx, id)
+		}
+		return
+	}
 	userns, err := w.userNamespace(ctx, pod, plan.CreateSandbox)
 	if err != nil {
 		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)

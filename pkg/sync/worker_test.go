@@ -3,6 +3,8 @@ package sync
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -66,7 +68,7 @@ type harness struct {
 	w        *Worker
 }
 
-func newHarness(t *testing.T, pod *v1.Pod) *harness {
+func newHarness(t *testing.T, pod *v1.Pod, configure ...func(*Config)) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, rt: critesting.NewFakeRuntimeService(), img: critesting.NewFakeImageService(),
@@ -85,9 +87,13 @@ func newHarness(t *testing.T, pod *v1.Pod) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(Config{Runtime: h.rt, Images: h.img, Cache: h.pleg.Cache(), Relister: h.pleg,
+	cfg := Config{Runtime: h.rt, Images: h.img, Cache: h.pleg.Cache(), Relister: h.pleg,
 		Status: h.status, Recorder: h.recorder, Secrets: noSecrets{}, Volumes: volumes, RootDir: root,
-		PodOptions: runtime.PodOptions{PodLogsDir: t.TempDir()}, NodeIPs: []string{"10.0.0.1"}, RuntimeName: "fake"})
+		PodOptions: runtime.PodOptions{PodLogsDir: t.TempDir()}, NodeIPs: []string{"10.0.0.1"}, RuntimeName: "fake"}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	d, err := NewDispatcher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,5 +427,34 @@ func TestFailedCleanupBacksOffAndLeavesTheSandbox(t *testing.T) {
 	}
 	if h.w.failedWait != 0 {
 		t.Errorf("a wait of %s kept after a step that passed", h.w.failedWait)
+	}
+}
+
+// A resync of a running pod creates nothing and builds no sandbox config: the host's
+// resolver file, which building one reads, can be gone without a failure.
+func TestResyncOfARunningPodBuildsNoSandboxConfig(t *testing.T) {
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver 10.0.0.53\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := basePod(func(p *v1.Pod) { p.Spec.DNSPolicy = v1.DNSDefault })
+	h := newHarness(t, pod, func(c *Config) { c.PodOptions.DNS.ResolvConf = resolv })
+	h.sync(pod, false)
+	if got := h.containers(runtimeapi.ContainerState_CONTAINER_RUNNING); len(got) != 2 {
+		t.Fatalf("running = %v, want the pod's two containers", got)
+	}
+	_ = h.events()
+	if err := os.Remove(resolv); err != nil {
+		t.Fatal(err)
+	}
+	h.sync(pod, false)
+	if ev := h.events(); strings.Contains(ev, eventSandboxFailed) {
+		t.Fatalf("the resync of a running pod built a sandbox config: %s", ev)
+	}
+	// A pass that does create something still needs it, and says so.
+	h.exit("a", 1)
+	h.sync(pod, false)
+	if ev := h.events(); !strings.Contains(ev, eventSandboxFailed) {
+		t.Fatalf("a restart without the resolver file raised no %s: %q", eventSandboxFailed, ev)
 	}
 }

@@ -40,6 +40,9 @@ type apiDataPlugin struct {
 	// onTmpfs keeps the files off the node's disk (secrets, tokens).
 	onTmpfs bool
 	mounter mounter
+	// published, when set, lets a refresh with nothing new skip the walk of the
+	// volume (published.go).
+	published *publishedPayloads
 }
 
 var _ plugin = (*apiDataPlugin)(nil)
@@ -54,15 +57,22 @@ func (p *apiDataPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, er
 	if err != nil {
 		return Mount{}, err
 	}
-	_, statErr := os.Lstat(filepath.Join(req.dir, "..data"))
+	mnt := Mount{HostPath: req.dir, ReadOnly: true, Managed: true, Plugin: p.name()}
+	digest := payloadDigest(payload, req.fsGroup)
+	if p.published.current(req.pod.UID, req.dir, digest) {
+		return mnt, nil
+	}
+	_, statErr := os.Lstat(filepath.Join(req.dir, atomic.DataLink))
 	fresh := errors.Is(statErr, fs.ErrNotExist)
 	if err := p.publish(req, payload); err != nil {
 		if fresh {
 			_ = removeDir(p.mounter, req.dir)
 		}
+		p.published.drop(req.pod.UID, req.dir)
 		return Mount{}, err
 	}
-	return Mount{HostPath: req.dir, ReadOnly: true, Managed: true, Plugin: p.name()}, nil
+	p.published.record(req.pod.UID, req.dir, digest)
+	return mnt, nil
 }
 
 func (p *apiDataPlugin) publish(req *setUpRequest, payload map[string]atomic.FileProjection) error {

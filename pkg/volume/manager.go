@@ -88,8 +88,10 @@ type Manager struct {
 	mounter mounter
 	tokens  *tokenSource
 	certs   *podCertSource
-	expand  *expander // nil without CSI
-	log     klog.Logger
+	// published is what the API-data volumes hold (published.go).
+	published *publishedPayloads
+	expand    *expander // nil without CSI
+	log       klog.Logger
 
 	mu   sync.Mutex
 	pods map[types.UID]*podLock
@@ -135,11 +137,12 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil
 	}
 	m := &Manager{
-		layout:  poddir.New(cfg.RootDir),
-		mounter: cfg.mounter,
-		tokens:  tokens,
-		certs:   certs,
-		pods:    map[types.UID]*podLock{},
+		layout:    poddir.New(cfg.RootDir),
+		mounter:   cfg.mounter,
+		tokens:    tokens,
+		certs:     certs,
+		published: &publishedPayloads{},
+		pods:      map[types.UID]*podLock{},
 		plugins: []plugin{
 			&emptyDirPlugin{mounter: cfg.mounter, allocatableMemory: allocMemory, hugePagesDir: cfg.HugePagesDir},
 			hostPathPlugin{},
@@ -149,6 +152,11 @@ func NewManager(cfg Config) (*Manager, error) {
 			newDownwardAPIPlugin(cfg.Allocatable, cfg.mounter),
 			newProjectedPlugin(&projectedPayload{objects: objects, tokens: tokens, podCerts: certs, allocatable: cfg.Allocatable}, cfg.mounter),
 		},
+	}
+	for _, p := range m.plugins {
+		if a, ok := p.(*apiDataPlugin); ok {
+			a.published = m.published
+		}
 	}
 	if cfg.Recorder == nil {
 		cfg.Recorder = noRecorder{}

@@ -76,6 +76,7 @@ func (m *Manager) tearDownVolume(ctx context.Context, v volumeOnDisk) error {
 func (m *Manager) forget(uid types.UID) {
 	m.tokens.forget(uid)
 	m.certs.forget(uid)
+	m.published.forget(uid)
 }
 
 // volumeOnDisk is one pods/<uid>/volumes/<plugin>/<name> directory.

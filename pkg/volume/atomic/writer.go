@@ -25,6 +25,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// DataLink is the name of the link to the current version.
+const DataLink = dataLink
+
 const (
 	dataLink    = "..data"
 	newDataLink = "..data_tmp"
