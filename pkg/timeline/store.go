@@ -66,8 +66,8 @@ type Step struct {
 	Error string `json:"error,omitempty"`
 	// Cached: an image pull step that found the image present.
 	Cached bool `json:"cached,omitempty"`
-	// Repeats counts the earlier successes of this step, right before
-	// this one, folded into it.
+	// Repeats counts the earlier successes of this step folded into this
+	// one (see foldLocked).
 	Repeats int `json:"repeats,omitempty"`
 
 	id uint64
@@ -355,20 +355,49 @@ func (s *Store) appendLocked(p *podTimeline, st Step) {
 	p.Steps = append(p.Steps, st)
 }
 
-// foldLocked folds the successful step at i into the step right before
-// it when that is a success of the same step: a volume refresh every
-// minute is one line, not hundreds.
+// foldWindow is how far back a success looks for the same step to fold into: a
+// pass of a running pod ensures a few things in turn (its cgroup, its volumes).
+const foldWindow = 4
+
+// foldLocked folds the successful step at i, the last, into a success of
+// the same step right before it; or into the latest one among the few
+// before it, when only successes lie between and that one is not the
+// step's first success (the start's steps stay where they were): a
+// running pod's passes (its cgroup and volumes ensured every minute) are
+// a line each, not hundreds. The folded step moves to the end with the
+// count.
 func (s *Store) foldLocked(p *podTimeline, i int) {
 	if i == 0 || i != len(p.Steps)-1 {
 		return
 	}
-	prev, cur := p.Steps[i-1], p.Steps[i]
-	if prev.Name != cur.Name || prev.Outcome != Done || prev.Cached != cur.Cached {
+	cur := p.Steps[i]
+	for j := i - 1; j >= 0 && j >= i-foldWindow; j-- {
+		prev := p.Steps[j]
+		if prev.Outcome != Done {
+			return
+		}
+		if prev.Name != cur.Name {
+			continue
+		}
+		if prev.Cached != cur.Cached || (j < i-1 && prev.Repeats == 0 && !doneBefore(p.Steps[:j], cur.Name)) {
+			return
+		}
+		cur.Repeats = prev.Repeats + 1
+		copy(p.Steps[j:], p.Steps[j+1:])
+		p.Steps = p.Steps[:i]
+		p.Steps[i-1] = cur
 		return
 	}
-	cur.Repeats = prev.Repeats + 1
-	p.Steps[i-1] = cur
-	p.Steps = p.Steps[:i]
+}
+
+// doneBefore says whether steps hold a success of the step name.
+func doneBefore(steps []Step, name string) bool {
+	for _, st := range steps {
+		if st.Name == name && st.Outcome == Done {
+			return true
+		}
+	}
+	return false
 }
 
 // sweepLocked drops the pods gone longer than Retention.

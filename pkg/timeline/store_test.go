@@ -200,3 +200,32 @@ func TestStoreEndOfUnknownStep(t *testing.T) {
 		t.Errorf("%d pods", len(s.pods))
 	}
 }
+
+// A running pod's passes ensure its cgroup and its volumes in turn: the pairs fold into
+// one line each, after the steps of its start, and a failure between them stops the fold.
+func TestStoreFoldsAPassOfSeveralSteps(t *testing.T) {
+	s, _ := newStore(t, Config{})
+	at := t0
+	next := func() time.Time { at = at.Add(time.Second); return at }
+	for _, n := range []string{"podCgroup", "volumes", "sandbox", "createContainer:app", "startContainer:app"} {
+		step(s, web, n, next(), time.Millisecond, nil)
+	}
+	for range 50 {
+		step(s, web, "podCgroup", next(), time.Millisecond, nil)
+		step(s, web, "volumes", next(), time.Millisecond, nil)
+	}
+	got, _ := s.Get("default", "web")
+	want := "[podCgroup volumes sandbox createContainer:app startContainer:app podCgroup volumes]"
+	if fmt.Sprint(names(got.Steps)) != want {
+		t.Fatalf("steps %v, want %s", names(got.Steps), want)
+	}
+	if c, v := got.Steps[5], got.Steps[6]; c.Repeats != 49 || v.Repeats != 49 || !v.Start.Equal(at) {
+		t.Fatalf("folded passes: %+v %+v, want 49 repeats each, the latest start", c, v)
+	}
+	step(s, web, "pullImage:app", next(), time.Millisecond, errors.New("not found"))
+	step(s, web, "podCgroup", next(), time.Millisecond, nil)
+	got, _ = s.Get("default", "web")
+	if n := names(got.Steps); len(n) != 9 || n[8] != "podCgroup" || got.Steps[8].Repeats != 0 {
+		t.Fatalf("steps %v: a success after a failure folded over it", n)
+	}
+}
