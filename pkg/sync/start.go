@@ -187,40 +187,22 @@ func (p *pass) run(ctx context.Context) {
 		}
 	}
 
-	if !plan.createsAnything() {
-		// A pass with nothing to create (a resync of a running pod) needs no
-		// sandbox config: building it reads the host's resolv.conf.
-		p.podIPs = w.sandboxIPs(ctx, pod, p.observed, plan.SandboxID)
-		for _, id := range plan.ContainersToStartExisting {
-			p.startExisting(ctx, id)
+	// Only a pass that creates something needs the sandbox config: building
+	// it reads the host's resolv.conf, which a resync of a running pod need not.
+	var warnings []runtime.Warning
+	if plan.createsAnything() {
+		var ok bool
+		if warnings, ok = p.buildSandboxConfig(ctx, opts); !ok {
+			return
 		}
-		return
 	}
-	userns, err := w.userNamespace(ctx, pod, plan.CreateSandbox)
-	if err != nil {
-		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
-		p.out.sandboxFailed = plan.CreateSandbox
-		p.wait(sandboxBackoff)
-		return
-	}
-	p.userns, opts.Security.UserNamespace = userns, userns
-	sandboxCfg, warnings, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
-	if err != nil {
-		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
-		p.out.sandboxFailed = plan.CreateSandbox
-		p.wait(time.Second)
-		return
-	}
-	sandboxCfg.Linux.Resources = qos.SandboxResources(pod, w.settings.resources)
-	sandboxCfg.Linux.Overhead = qos.OverheadResources(pod, w.settings.resources)
-	p.sandboxCfg = sandboxCfg
 	sandboxID := plan.SandboxID
 	if plan.CreateSandbox {
 		for _, warn := range warnings {
 			w.deps.events.Eventf(pod, v1.EventTypeWarning, warn.Reason, "%s", warn.Message)
 		}
 		err := w.timed(ctx, "sandbox", func(ctx context.Context) error {
-			if err := os.MkdirAll(sandboxCfg.LogDirectory, logDirMode); err != nil {
+			if err := os.MkdirAll(p.sandboxCfg.LogDirectory, logDirMode); err != nil {
 				return fmt.Errorf("create pod log directory: %w", err)
 			}
 			handler, err := w.runtimeHandler(ctx, pod)
@@ -235,7 +217,7 @@ func (p *pass) run(ctx context.Context) {
 			}
 			defer release()
 			p.changed = true
-			id, err := w.deps.runtime.RunPodSandbox(ctx, sandboxCfg, handler)
+			id, err := w.deps.runtime.RunPodSandbox(ctx, p.sandboxCfg, handler)
 			sandboxID = id
 			return err
 		})
@@ -275,6 +257,31 @@ func (p *pass) run(ctx context.Context) {
 	for _, i := range plan.ContainersToStart {
 		p.startContainer(ctx, &pod.Spec.Containers[i], appContainer, sandboxID)
 	}
+}
+
+// buildSandboxConfig sets the pass's sandbox config and user namespace,
+// returning the config's warnings; on a failure it records it and says no.
+func (p *pass) buildSandboxConfig(ctx context.Context, opts runtime.PodOptions) ([]runtime.Warning, bool) {
+	w, pod, plan := p.w, p.pod, p.step.plan
+	userns, err := w.userNamespace(ctx, pod, plan.CreateSandbox)
+	if err != nil {
+		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+		p.out.sandboxFailed = plan.CreateSandbox
+		p.wait(sandboxBackoff)
+		return nil, false
+	}
+	p.userns, opts.Security.UserNamespace = userns, userns
+	sandboxCfg, warnings, err := runtime.SandboxConfig(pod, plan.SandboxAttempt, opts)
+	if err != nil {
+		w.deps.events.Eventf(pod, v1.EventTypeWarning, eventSandboxFailed, "Failed to create pod sandbox: %v", err)
+		p.out.sandboxFailed = plan.CreateSandbox
+		p.wait(time.Second)
+		return nil, false
+	}
+	sandboxCfg.Linux.Resources = qos.SandboxResources(pod, w.settings.resources)
+	sandboxCfg.Linux.Overhead = qos.OverheadResources(pod, w.settings.resources)
+	p.sandboxCfg = sandboxCfg
+	return warnings, true
 }
 
 // containerKind is the list of the pod's spec a container comes from.

@@ -68,7 +68,6 @@ func (p *apiDataPlugin) setUp(ctx context.Context, req *setUpRequest) (Mount, er
 		if fresh {
 			_ = removeDir(p.mounter, req.dir)
 		}
-		p.published.drop(req.pod.UID, req.dir)
 		return Mount{}, err
 	}
 	p.published.record(req.pod.UID, req.dir, digest)

@@ -22,8 +22,9 @@ import (
 // instead of a walk of the volume comparing every file. At 100 pods the walks were a
 // fifth of the agent's CPU with the pods running. A version replaced or removed behind
 // the agent's back (..data gone or pointing elsewhere, the tmpfs unmounted) fails the
-// readlink's check and is published again, as before; a file changed inside the version
-// directory by hand is not looked for.
+// readlink's check and is published again, as before (so does a publish that failed after
+// replacing ..data: the version recorded is no longer the one named); a file changed inside
+// the version directory by hand is not looked for.
 type publishedPayloads struct {
 	mu   sync.Mutex
 	pods map[types.UID]map[string]publishedVersion // by pod, by volume directory
@@ -69,19 +70,6 @@ func (s *publishedPayloads) record(uid types.UID, dir string, digest [sha256.Siz
 		s.pods[uid] = map[string]publishedVersion{}
 	}
 	s.pods[uid][dir] = publishedVersion{digest: digest, version: target}
-}
-
-// drop forgets one volume directory (torn down).
-func (s *publishedPayloads) drop(uid types.UID, dir string) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.pods[uid], dir)
-	if len(s.pods[uid]) == 0 {
-		delete(s.pods, uid)
-	}
 }
 
 // forget drops everything of a pod whose volumes are gone.
