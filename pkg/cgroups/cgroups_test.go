@@ -573,3 +573,40 @@ func TestResizedPodCgroupRaisedFirstLoweredLast(t *testing.T) {
 		t.Errorf("an unchanged pod's cgroup was written again")
 	}
 }
+
+func TestPodReadyWhenEnsurePodWouldDoNothing(t *testing.T) {
+	ctx := context.Background()
+	mnt := v1Tree(t)
+	m, _ := newV1(t, mnt, DriverCgroupfs)
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := func(cpu, mem string) v1.ResourceRequirements {
+		l := rl("cpu", cpu, "memory", mem)
+		return v1.ResourceRequirements{Requests: l, Limits: l}
+	}
+	g := pod("g", res("1", "128Mi"))
+	if _, ok := m.PodReady(g); ok {
+		t.Fatal("ready before EnsurePod")
+	}
+	p, err := m.EnsurePod(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := m.PodReady(g); !ok || got != p {
+		t.Fatalf("PodReady = %q, %v after EnsurePod, want %q, true", got, ok, p)
+	}
+	// Asking less while resized: EnsurePod keeps the wider limits, so ready.
+	if _, ok := m.PodReady(pod("g", res("1", "64Mi"))); !ok {
+		t.Error("a pod asking less memory is not ready, though EnsurePod only widens")
+	}
+	if _, ok := m.PodReady(pod("g", res("2", "128Mi"))); ok {
+		t.Error("a pod asking more cpu is ready")
+	}
+	if err := m.fs.remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.PodReady(g); ok {
+		t.Error("ready after its cgroup was removed")
+	}
+}

@@ -227,16 +227,15 @@ func (h legacyFS) set(p string, r Resources) error {
 	return nil
 }
 
+// exists looks in the memory hierarchy, then the cpu one (a host may lack
+// either): one stat when the cgroup is there.
 func (h legacyFS) exists(p string) bool {
-	d, ok := h.dir("memory", p)
-	if !ok {
-		d, ok = h.dir("cpu", p)
+	for _, c := range []string{"memory", "cpu"} {
+		if _, err := os.Stat(filepath.Join(h.mount, c, p)); err == nil {
+			return true
+		}
 	}
-	if !ok {
-		return false
-	}
-	_, err := os.Stat(d)
-	return err == nil
+	return false
 }
 
 func (h legacyFS) procs(p string) ([]int, error) {

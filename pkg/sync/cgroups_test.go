@@ -21,6 +21,16 @@ type fakeCgroups struct {
 	settled   []types.UID
 	removed   []types.UID
 	removeErr int
+	// ready are the pods whose cgroup is there as asked (PodReady); lost
+	// makes every one missing.
+	ready map[types.UID]bool
+	lost  bool
+}
+
+func (f *fakeCgroups) PodReady(pod *v1.Pod) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return "/kubepods/burstable/pod" + string(pod.UID), f.ready[pod.UID] && !f.lost
 }
 
 func (f *fakeCgroups) SettlePod(_ context.Context, pod *v1.Pod) error {
@@ -34,6 +44,10 @@ func (f *fakeCgroups) EnsurePod(_ context.Context, pod *v1.Pod) (string, error) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ensured = append(f.ensured, pod.UID)
+	if f.ready == nil {
+		f.ready = map[types.UID]bool{}
+	}
+	f.ready[pod.UID] = true
 	return "/kubepods/burstable/pod" + string(pod.UID), nil
 }
 
@@ -143,3 +157,21 @@ func TestContainerConfigCarriesResources(t *testing.T) {
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+func TestResyncOfAPodWhoseCgroupIsThereMakesNoCgroupStep(t *testing.T) {
+	pod := basePod()
+	h := newHarness(t, pod)
+	cg := &fakeCgroups{}
+	h.w.deps.cgroups = cg
+	h.sync(pod, false)
+	h.sync(pod, false)
+	if len(cg.ensured) != 1 {
+		t.Fatalf("EnsurePod called %d times over a start and a resync, want once", len(cg.ensured))
+	}
+	// The cgroup gone (removed by hand): the next pass makes it again.
+	cg.lost = true
+	h.sync(pod, false)
+	if len(cg.ensured) != 2 {
+		t.Fatalf("a lost cgroup was not made again: EnsurePod called %d times", len(cg.ensured))
+	}
+}

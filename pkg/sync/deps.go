@@ -87,6 +87,9 @@ type PodCgroups interface {
 	// EnsurePod makes the pod's cgroup and returns its path, the cgroup
 	// parent of the pod's sandbox.
 	EnsurePod(ctx context.Context, pod *v1.Pod) (string, error)
+	// PodReady is the pod's cgroup path and whether EnsurePod would do
+	// nothing (the cgroup is there as asked).
+	PodReady(pod *v1.Pod) (string, bool)
 	// SettlePod lowers the pod's cgroup to what the pod asks for once its
 	// containers were resized: EnsurePod only raises an existing one.
 	SettlePod(ctx context.Context, pod *v1.Pod) error

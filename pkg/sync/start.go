@@ -115,11 +115,18 @@ func (p *pass) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	opts := w.settings.podOptions
 	if cg := w.deps.cgroups; cg != nil {
-		err := w.timed(ctx, "podCgroup", func(ctx context.Context) error {
-			parent, err := cg.EnsurePod(ctx, pod)
-			opts.CgroupParent = parent
-			return err
-		})
+		// A cgroup that is there as asked is no step: a running pod's resync
+		// neither times, logs nor records it.
+		parent, ready := cg.PodReady(pod)
+		opts.CgroupParent = parent
+		var err error
+		if !ready {
+			err = w.timed(ctx, "podCgroup", func(ctx context.Context) error {
+				parent, err := cg.EnsurePod(ctx, pod)
+				opts.CgroupParent = parent
+				return err
+			})
+		}
 		if err != nil {
 			w.deps.events.Eventf(pod, v1.EventTypeWarning, eventCgroupFailed, "unable to ensure pod container exists: %v", err)
 			p.wait(time.Second)
