@@ -161,6 +161,10 @@ type settings struct {
 // asked for at once, 42 s with 6 in flight, 41 s with 12 and 47 s with 24 (the shims'
 // own CPU 27.7 s, 9.7, 10 and 15.2: each shim that exists is read by the runtime's
 // stats collector every second, so shims started early cost while the rest start).
+// On a faster machine (2026-11-29, the floor starting 100 pods in 20 s), two rounds each:
+// 100 pods all started in 20.0 and 20.0 s with 8 in flight, 22.7–23.9 with 16, 19.4 and
+// 23.9 with no bound; 250 in 70.5 and 66.0 s with 8, 72.9 with 16, 78.5 and 63.9 with none
+// (BENCHMARKS.md).
 const sandboxesPerCPU = 4
 
 // maxParallelSandboxes is the bound Config.MaxParallelSandboxes asks for.
