@@ -120,13 +120,11 @@ func TestWorkerTracesPodStart(t *testing.T) {
 		"    runtime.v1.RuntimeService/CreateContainer",
 		"  startContainer:init",
 		"    runtime.v1.RuntimeService/StartContainer",
-		"  podCgroup",
 		"  pullImage:a",
 		"  createContainer:a",
 		"    runtime.v1.RuntimeService/CreateContainer",
 		"  startContainer:a",
 		"    runtime.v1.RuntimeService/StartContainer",
-		"  podCgroup",
 	}, "\n")
 	if got != want {
 		t.Errorf("the start's trace\n%s\nwant\n%s", got, want)
