@@ -526,19 +526,29 @@ func TestV2Systemd(t *testing.T) {
 	}
 }
 
+// startedV1 is a started cgroupfs manager on a fake v1 tree, and the
+// tree's mount.
+func startedV1(t *testing.T) (*Manager, string) {
+	t.Helper()
+	mnt := v1Tree(t)
+	m, _ := newV1(t, mnt, DriverCgroupfs)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return m, mnt
+}
+
+// res asks for the same cpu and memory as requests and limits (Guaranteed).
+func res(cpu, mem string) v1.ResourceRequirements {
+	l := rl("cpu", cpu, "memory", mem)
+	return v1.ResourceRequirements{Requests: l, Limits: l}
+}
+
 // A resized pod's cgroup is only raised by EnsurePod (before its
 // containers are resized) and lowered by SettlePod (after).
 func TestResizedPodCgroupRaisedFirstLoweredLast(t *testing.T) {
 	ctx := context.Background()
-	mnt := v1Tree(t)
-	m, _ := newV1(t, mnt, DriverCgroupfs)
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res := func(cpu, mem string) v1.ResourceRequirements {
-		l := rl("cpu", cpu, "memory", mem)
-		return v1.ResourceRequirements{Requests: l, Limits: l}
-	}
+	m, mnt := startedV1(t)
 	p, err := m.EnsurePod(ctx, pod("g", res("1", "128Mi")))
 	if err != nil {
 		t.Fatal(err)
@@ -576,15 +586,7 @@ func TestResizedPodCgroupRaisedFirstLoweredLast(t *testing.T) {
 
 func TestPodReadyWhenEnsurePodWouldDoNothing(t *testing.T) {
 	ctx := context.Background()
-	mnt := v1Tree(t)
-	m, _ := newV1(t, mnt, DriverCgroupfs)
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	res := func(cpu, mem string) v1.ResourceRequirements {
-		l := rl("cpu", cpu, "memory", mem)
-		return v1.ResourceRequirements{Requests: l, Limits: l}
-	}
+	m, _ := startedV1(t)
 	g := pod("g", res("1", "128Mi"))
 	if _, ok := m.PodReady(g); ok {
 		t.Fatal("ready before EnsurePod")
