@@ -334,9 +334,10 @@ func waitGone(ctx context.Context, left func(context.Context) (string, error)) e
 //
 // It is asked every 100 ms while the pods go, so it asks little: one pod of the namespace
 // (Limit 1; the apiserver counts the rest), and only once none is left the runtime's
-// sandboxes. Listing every pod and every sandbox at each poll made the observer a share
-// of the deletion it timed on a saturated machine (at 250 pods, a list of all of them ten
-// times a second to the apiserver and to containerd, neither of which the floor has).
+// sandboxes. Listing every sandbox at each poll put the observer's own work into the
+// deletion it timed on a saturated machine (containerd walks every sandbox for a list;
+// the floor observes nothing); the apiserver's full lists came from its watch cache and
+// cost it little (BENCHMARKS.md, 2026-11-29 evening).
 func podsLeft(ctx context.Context, cs kubernetes.Interface, rt runtimeapi.RuntimeServiceClient, w workload) (string, error) {
 	pods, err := cs.CoreV1().Pods(benchNamespace).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
