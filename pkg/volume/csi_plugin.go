@@ -217,7 +217,7 @@ func (p *csiPlugin) resolve(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (*
 	case vol.Ephemeral != nil:
 		claimName = pod.Name + "-" + vol.Name
 	}
-	pvc, err := whileForbidden(ctx, &p.tokens.lag, func() (*v1.PersistentVolumeClaim, error) {
+	pvc, err := whileForbidden(ctx, &p.tokens.lag, pod, func() (*v1.PersistentVolumeClaim, error) {
 		return p.client.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claimName, metav1.GetOptions{})
 	})
 	if err != nil {
@@ -236,7 +236,7 @@ func (p *csiPlugin) resolve(ctx context.Context, pod *v1.Pod, vol *v1.Volume) (*
 		return nil, fmt.Errorf("error processing PVC %s/%s: PVC %s/%s has non-bound phase (%q) or empty pvc.Spec.VolumeName (%q)",
 			pod.Namespace, claimName, pod.Namespace, claimName, pvc.Status.Phase, pvc.Spec.VolumeName)
 	}
-	pv, err := whileForbidden(ctx, &p.tokens.lag, func() (*v1.PersistentVolume, error) {
+	pv, err := whileForbidden(ctx, &p.tokens.lag, pod, func() (*v1.PersistentVolume, error) {
 		return p.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
 	})
 	if err != nil {

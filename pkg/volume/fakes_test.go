@@ -89,6 +89,9 @@ type tokenReactor struct {
 	attempts int
 	// refusedPods are the pods (bound object UIDs) of the refused requests.
 	refusedPods []string
+	// refuse, when set, answers first: a non-nil error refuses the request
+	// for the pod (bound object UID) it names.
+	refuse func(uid string) error
 }
 
 func (r *tokenReactor) react(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -98,6 +101,14 @@ func (r *tokenReactor) react(action k8stesting.Action) (bool, runtime.Object, er
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.attempts++
+	if r.refuse != nil {
+		if ref := action.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest).Spec.BoundObjectRef; ref != nil {
+			if err := r.refuse(string(ref.UID)); err != nil {
+				r.refusedPods = append(r.refusedPods, string(ref.UID))
+				return true, nil, err
+			}
+		}
+	}
 	if len(r.failNext) > 0 {
 		err := r.failNext[0]
 		r.failNext = r.failNext[1:]

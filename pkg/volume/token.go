@@ -8,23 +8,12 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/nodeagent/nodeagent/pkg/kube"
 )
-
-// forbiddenRetries are the waits before asking again for a pod's first
-// token when the apiserver refused it (Forbidden): the Node authorizer
-// learns that a pod is bound here from its own watch, which may be a
-// moment behind the agent's, and refuses the token until it has. While
-// 100 pods start at once on two cores that moment is often a few hundred
-// milliseconds: waits from 50 ms sent 1.2 to 1.5 token requests a pod (the
-// apiserver's audit: "no relationship found between node and this
-// object"), so the first wait is a quarter of a second.
-var forbiddenRetries = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 
 const (
 	defaultTokenExpiration int64 = 3600
@@ -114,7 +103,7 @@ func (s *tokenSource) tokenExpiring(ctx context.Context, pod *v1.Pod, p *v1.Serv
 	if p.Audience != "" {
 		req.Spec.Audiences = []string{p.Audience}
 	}
-	resp, err := s.createToken(ctx, pod.Namespace, account, req, !ok)
+	resp, err := s.createToken(ctx, pod, account, req, !ok)
 	if err != nil {
 		if ok && now.Before(cached.expires) {
 			// The old token still works; try again next sync.
@@ -167,103 +156,12 @@ func (s *tokenSource) forget(uid types.UID) {
 
 // createToken requests the token; a pod's first one is asked again after
 // each of forbiddenRetries while the apiserver answers Forbidden.
-func (s *tokenSource) createToken(ctx context.Context, namespace, account string, req *authenticationv1.TokenRequest, first bool) (*authenticationv1.TokenRequest, error) {
+func (s *tokenSource) createToken(ctx context.Context, pod *v1.Pod, account string, req *authenticationv1.TokenRequest, first bool) (*authenticationv1.TokenRequest, error) {
 	create := func() (*authenticationv1.TokenRequest, error) {
-		return s.client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, account, req, metav1.CreateOptions{})
+		return s.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, account, req, metav1.CreateOptions{})
 	}
 	if !first {
 		return create()
 	}
-	return whileForbidden(ctx, &s.lag, create)
-}
-
-// authorizerLag holds a pod's first reads back while the Node authorizer
-// is known to be behind the agent's watch. When many pods are bound at
-// once, each asked at once while the authorizer's graph lags and each
-// refused; after one refusal the others wait until the refused reads are
-// answered (the graph has caught up with those pods at least) instead of
-// being refused in turn, at one refusal a wave where it cost one a pod. A
-// refusal holds the others back for lagHoldMax at most: a pod refused for
-// good holds no other pod back for longer.
-type authorizerLag struct {
-	mu sync.Mutex
-	// held counts the reads refused once and not answered otherwise yet;
-	// open is closed when it drops to zero, or at until at the latest.
-	held  int
-	open  chan struct{}
-	until time.Time
-}
-
-// lagHoldMax is the longest one refusal holds other pods' first reads.
-const lagHoldMax = 2 * time.Second
-
-// refused notes a read's first refusal and closes the gate; release, once
-// the read is answered (or given up), opens it when no other refused read
-// is left.
-func (l *authorizerLag) refused() (release func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.held == 0 {
-		l.open = make(chan struct{})
-	}
-	l.held++
-	if t := time.Now().Add(lagHoldMax); t.After(l.until) {
-		l.until = t
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			if l.held--; l.held == 0 {
-				close(l.open)
-			}
-		})
-	}
-}
-
-// wait returns once the gate is open, or ctx is done.
-func (l *authorizerLag) wait(ctx context.Context) {
-	l.mu.Lock()
-	open, d := l.open, time.Until(l.until)
-	held := l.held > 0
-	l.mu.Unlock()
-	if !held || d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-open:
-	case <-t.C:
-	}
-}
-
-// whileForbidden calls read again after each of forbiddenRetries while the
-// apiserver refuses it (Forbidden), and returns its last answer: what a
-// pod just bound here may read, the Node authorizer learns a moment after
-// the agent (the pod's token, its claims and their volumes). lag, shared
-// by all pods, holds the first attempt back while another pod's refused
-// read is not answered yet.
-func whileForbidden[T any](ctx context.Context, lag *authorizerLag, read func() (T, error)) (T, error) {
-	lag.wait(ctx)
-	release := func() {}
-	defer func() { release() }()
-	for i := 0; ; i++ {
-		v, err := read()
-		if err == nil || !apierrors.IsForbidden(err) || i == len(forbiddenRetries) {
-			return v, err
-		}
-		if i == 0 {
-			release = lag.refused()
-		}
-		t := time.NewTimer(forbiddenRetries[i])
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return v, err
-		case <-t.C:
-		}
-	}
+	return whileForbidden(ctx, &s.lag, pod, create)
 }

@@ -3,7 +3,6 @@ package volume
 import (
 	"context"
 	"errors"
-	"slices"
 	"testing"
 	"time"
 
@@ -86,106 +85,6 @@ func TestTokenErrors(t *testing.T) {
 	}
 	if next, ok := f.mgr.NextRefresh(basePod().UID); !ok || next.IsZero() {
 		t.Errorf("NextRefresh = %v %v", next, ok)
-	}
-}
-
-// firstPodRefused sets the retries' waits, has the apiserver refuse the next
-// refusals token requests as the Node authorizer does while its graph lags,
-// and asks the first pod's token in the background; its answer comes on the
-// channel.
-func firstPodRefused(t *testing.T, retries []time.Duration, refusals int) (*fixture, *v1.ServiceAccountTokenProjection, <-chan error) {
-	t.Helper()
-	saved := forbiddenRetries
-	forbiddenRetries = retries
-	t.Cleanup(func() { forbiddenRetries = saved })
-	f := newFixture(t)
-	for range refusals {
-		f.tokens.failNext = append(f.tokens.failNext, apierrors.NewForbidden(v1.Resource("serviceaccounts"), "default",
-			errors.New("no relationship found between node 'node-a' and this object")))
-	}
-	proj := &v1.ServiceAccountTokenProjection{Path: "t"}
-	first := make(chan error, 1)
-	go func() {
-		_, err := f.mgr.tokens.token(context.Background(), basePod(), proj)
-		first <- err
-	}()
-	return f, proj, first
-}
-
-// While 100 pods are bound at once the Node authorizer's graph lags them
-// all: after one pod's first token is refused, another pod's first request
-// waits out the same retry instead of being refused in turn.
-func TestTokenRefusalHoldsOtherPodsBack(t *testing.T) {
-	f, proj, first := firstPodRefused(t, []time.Duration{200 * time.Millisecond, time.Millisecond}, 1)
-	ctx := context.Background()
-	attempts := func() int {
-		f.tokens.mu.Lock()
-		defer f.tokens.mu.Unlock()
-		return f.tokens.attempts
-	}
-	for deadline := time.Now().Add(5 * time.Second); attempts() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first pod's request was never sent")
-		}
-	}
-	// The refusal is noted just after the reactor answers it.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		f.mgr.tokens.lag.mu.Lock()
-		noted := !f.mgr.tokens.lag.until.IsZero()
-		f.mgr.tokens.lag.mu.Unlock()
-		if noted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the refusal never moved the gate")
-		}
-	}
-	start := time.Now()
-	other := basePod(func(p *v1.Pod) { p.Name, p.UID = "other", "uid-2" })
-	if _, err := f.mgr.tokens.token(ctx, other, proj); err != nil {
-		t.Fatalf("second pod: %v", err)
-	}
-	if waited := time.Since(start); waited < 100*time.Millisecond {
-		t.Errorf("second pod's request sent after %v, want it held until the first retry", waited)
-	}
-	if err := <-first; err != nil {
-		t.Fatalf("first pod after one refusal: %v", err)
-	}
-	if n := attempts(); n != 3 {
-		t.Errorf("%d requests, want 3: the refused one, its retry, the other pod's", n)
-	}
-}
-
-// While the authorizer's graph lags by more than a retry, the gate stays
-// closed until the refused pod's retry is answered: the other pod's first
-// request is not refused in turn.
-func TestTokenGateOpensWhenTheRefusedPodIsAnswered(t *testing.T) {
-	// The first three requests, whoever sends them, are refused.
-	step := 100 * time.Millisecond
-	f, proj, first := firstPodRefused(t, []time.Duration{step, step, step, step}, 3)
-	ctx := context.Background()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		f.mgr.tokens.lag.mu.Lock()
-		held := f.mgr.tokens.lag.held > 0
-		f.mgr.tokens.lag.mu.Unlock()
-		if held {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the refusal never closed the gate")
-		}
-	}
-	other := basePod(func(p *v1.Pod) { p.Name, p.UID = "other", "uid-2" })
-	if _, err := f.mgr.tokens.token(ctx, other, proj); err != nil {
-		t.Fatalf("second pod: %v", err)
-	}
-	if err := <-first; err != nil {
-		t.Fatalf("first pod after three refusals: %v", err)
-	}
-	f.tokens.mu.Lock()
-	defer f.tokens.mu.Unlock()
-	if f.tokens.attempts != 5 || slices.Contains(f.tokens.refusedPods, "uid-2") {
-		t.Errorf("%d requests, refused: %v; want 5, the first pod's four and the other pod's one, never refused", f.tokens.attempts, f.tokens.refusedPods)
 	}
 }
 
