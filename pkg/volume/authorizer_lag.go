@@ -29,13 +29,15 @@ var lagHoldMax = 2 * time.Second
 // the Node authorizer refuses as few as it may. Its graph takes in the
 // same pod events as the agent's watch, in the same order (by
 // resourceVersion), a moment later; once it let one pod's read through,
-// it knows every pod bound before that one. So a pod whose resourceVersion
-// is at most that of a pod already let through (caught) reads at once;
-// any other waits while one such read, the probe, is under way, and the
-// probe is the read of the newest pod waiting, whose answer lets every
-// older one through. When a hundred pods are bound at once that sends
-// one read at a time until the graph has caught up, refused at most once
-// a retry, where sending them all at once had them refused by the dozen.
+// it has taken in that pod's binding, and with it every pod bound before
+// (the agent's copy of a pod is most often its binding's; where it is a
+// later one, a read the graph still refuses is asked again). So a pod
+// whose resourceVersion is at most that of a pod already let through
+// (caught) reads at once; any other waits while one such read, the probe,
+// is under way, and the probe is the read of the newest pod waiting,
+// whose answer lets every older one through. When a hundred pods are
+// bound at once that refuses one read a retry while the graph lags, where
+// sending them all at once had them refused by the dozen.
 type authorizerLag struct {
 	mu sync.Mutex
 	// caught is the highest resourceVersion of a pod a first read was
@@ -45,7 +47,8 @@ type authorizerLag struct {
 	probing bool
 	// waiting counts the reads held back, by their pod's resourceVersion.
 	waiting map[uint64]int
-	// changed is closed, and replaced, whenever the above change.
+	// changed, made by the first read to wait, is closed when the above
+	// change in a way a waiting read must look at.
 	changed chan struct{}
 }
 
