@@ -2,7 +2,7 @@
 #
 #   make up      bring up a local cluster (stock control plane, containerd, registry) with nodeagent as its node
 #   make down    stop it and remove everything it made
-#   make test    unit tests, the end-to-end suites on one shared cluster, then the conformance smoke run
+#   make test    unit tests, the end-to-end suites on one shared cluster, then the conformance and bench smoke runs
 #   make build   build bin/nodeagent and the kubectl plugin bin/kubectl-nodeagent (kubectl nodeagent timeline|why POD)
 #   make bench   pod startup and footprint, nodeagent side by side with the kubelet (BENCHMARKS.md)
 #   make bench-pvc    the same, each pod with a fresh PVC of the hostpath CSI driver mounted
@@ -20,7 +20,7 @@ HARNESS  = $(GO) run ./test/cmd/harness
 E2E_FLAGS ?=
 PREBUILD_CONFORMANCE ?=
 
-.PHONY: all build up down test unit packages e2e e2e-tls kubeadm upstream fmt vet bench bench-pvc bench-micro conformance conformance-smoke soak
+.PHONY: all build up down test unit packages e2e e2e-tls kubeadm upstream fmt vet bench bench-smoke bench-pvc bench-micro conformance conformance-smoke soak
 
 all: build
 
@@ -53,6 +53,7 @@ upstream:
 test: unit
 	$(MAKE) e2e PREBUILD_CONFORMANCE=1
 	$(MAKE) conformance-smoke
+	$(MAKE) bench-smoke
 
 # The packages first: the real-kernel unit tests (pkg/podnet) use iptables and ip.
 unit: vet packages
@@ -98,10 +99,16 @@ kubeadm:
 e2e-tls:
 	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m -v ./test/e2e/tlsbootstrap/
 
-# Never part of make test. BENCH_FLAGS e.g. "-n 50 -rounds 1 -hold 10s".
+# Never part of make test (its smoke is bench-smoke). BENCH_FLAGS e.g. "-n 50 -rounds 1 -hold 10s".
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./test/cmd/bench $(BENCH_FLAGS)
+
+# make test's smoke of the bench: one round of each side (nodeagent, the upstream kubelet, the
+# floor) with 3 pods and 3-s holds on the bench's own harness cluster; any failed round fails
+# it (-strict). Its figures mean nothing; its results go to a temporary directory.
+bench-smoke:
+	out=$$(mktemp -d) && $(GO) run ./test/cmd/bench -strict -n 3 -rounds 1 -hold 3s -out $$out && rm -rf $$out
 
 # Each pod mounts a fresh 1Mi claim of the hostpath CSI driver (StorageClass nodeagent-csi);
 # nodeagent and the kubelet only, no floor.

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -56,6 +57,8 @@ type options struct {
 	// profiling marks the extra nodeagent round of a pod count that takes the profiles
 	// above; its figures are not kept.
 	profiling bool
+	// strict makes a failed round fail the run (make test's smoke), after the results.
+	strict bool
 }
 
 func main() {
@@ -72,6 +75,7 @@ func main() {
 	flag.DurationVar(&o.profile, "profile", 0, "take a CPU profile of nodeagent this long from the start of one more nodeagent round after the others (its figures not counted), of each pod count (bench/results/nodeagent-cpu-<N>pods.pprof)")
 	flag.BoolVar(&o.heap, "heap", false, "write nodeagent's heap profile (in use after a GC) at the end of its hold with N pods running, in the profiling round of each pod count (bench/results/nodeagent-heap-<N>pods.pprof)")
 	flag.BoolVar(&o.profileRunning, "profile-running", false, "after the hold with N pods running, take a CPU profile of nodeagent over one more hold with them running, in the profiling round of each pod count (bench/results/nodeagent-cpu-running-<N>pods.pprof)")
+	flag.BoolVar(&o.strict, "strict", false, "exit non-zero, after writing the results, when a round of a side failed (make test's smoke of the bench)")
 	flag.Parse()
 	sidesSet, nSet := false, false
 	flag.Visit(func(f *flag.Flag) {
@@ -171,7 +175,28 @@ func run(ctx context.Context, o options) error {
 		reportScaling(os.Stdout, cfg, o, stamp, runs)
 	}
 	writeFleet(os.Stdout, fleetOf(runs))
+	if o.strict {
+		return failedRounds(runs, o.sides, o.rounds)
+	}
 	return nil
+}
+
+// failedRounds is an error naming each side of each pod count that has not every round
+// measured, nil when all have.
+func failedRounds(runs []podsRun, sides []string, rounds int) error {
+	var errs []error
+	for _, pr := range runs {
+		for _, side := range sides {
+			r := pr.Results[side]
+			if len(r.Errors) > 0 || len(r.Rounds) != rounds {
+				errs = append(errs, fmt.Errorf("%s at %d pods: %d of %d rounds measured, errors: %q", side, pr.Pods, len(r.Rounds), rounds, r.Errors))
+			}
+		}
+	}
+	if len(runs) == 0 {
+		errs = append(errs, errors.New("no pod count measured"))
+	}
+	return errors.Join(errs...)
 }
 
 // measurePods runs every round of every side at o.n pods and returns their results. A
